@@ -1,0 +1,164 @@
+"""`make grade`: grade submissions with nbgrader, as a chain of small steps.
+
+SUBMISSIONS is nbgrader's submitted layout, ``<student>/<assignment>/<notebook>.ipynb``.
+RESULTS receives:
+
+- ``grades.csv``: nbgrader's CSV export (assignment, student_id, score, max_score, ...);
+- ``feedback/<student>/<assignment>/<notebook>.html``: what each student gets back;
+- ``logs/<student>__<assignment>.log``: nbgrader's log of that autograde;
+- ``problems.txt``: submissions that could not be graded, and why;
+- ``nbgrader/``: a complete nbgrader course folder (gradebook included) for Formgrader's manual
+  grading: ``cd RESULTS/nbgrader && jupyter lab``, then ``nbgrader export`` there.
+
+Kernels run with GPUCOURSE_SMOKE=1 unless it is already set: grading needs the exercises'
+answers, not the lesson's full-size measurements.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from course import HERE, SOLUTIONS, api, assignments, load_config
+
+IGNORED = shutil.ignore_patterns(".ipynb_checkpoints", "__pycache__")
+
+
+@dataclass
+class Batch:
+    """What one grading run found and did."""
+
+    pairs: list[tuple[str, str]] = field(default_factory=list)  # (student, assignment) to grade
+    problems: list[str] = field(default_factory=list)
+
+    def problem(self, student: str, assignment: str, why: str) -> None:
+        self.problems.append(f"{student}/{assignment}: {why}")
+
+
+def discover(submissions: Path, known: list[str], only_student: str | None = None) -> Batch:
+    """Step 1: list gradeable (student, assignment) pairs; note everything else as a problem."""
+    if not submissions.is_dir():
+        raise SystemExit(f"SUBMISSIONS={submissions} is not a folder")
+    batch = Batch()
+    for student_dir in sorted(p for p in submissions.iterdir() if not p.name.startswith(".")):
+        student = student_dir.name
+        if only_student is not None and student != only_student:
+            continue
+        if not student_dir.is_dir() or student_dir.is_symlink():
+            batch.problem(student, "-", "not a folder; expected <student>/<assignment>/<notebook>.ipynb")
+            continue
+        for assignment_dir in sorted(p for p in student_dir.iterdir() if not p.name.startswith(".")):
+            aid = assignment_dir.name
+            if aid not in known:
+                batch.problem(student, aid, f"unknown assignment (known: {', '.join(known)})")
+            elif not assignment_dir.is_dir() or not any(assignment_dir.glob("*.ipynb")):
+                batch.problem(student, aid, "no notebook found")
+            else:
+                batch.pairs.append((student, aid))
+    if only_student is not None and not batch.pairs and not batch.problems:
+        raise SystemExit(f"no submission from student {only_student!r} in {submissions}")
+    return batch
+
+
+def prepare(work: Path, submissions: Path, batch: Batch, solutions: Path) -> None:
+    """Step 2: an nbgrader course folder: the sources, and a copy of each submission to grade."""
+    if (work / "source").exists():
+        shutil.rmtree(work / "source")
+    shutil.copytree(solutions, work / "source", ignore=IGNORED)
+    for student, aid in batch.pairs:
+        target = work / "submitted" / student / aid
+        if target.exists():
+            shutil.rmtree(target)
+        shutil.copytree(submissions / student / aid, target, ignore=IGNORED, symlinks=True)
+    # Formgrader and `nbgrader export` run from this folder read this file.
+    (work / "nbgrader_config.py").write_text(
+        "c = get_config()\n"
+        f"load_subconfig({str(HERE / 'nbgrader_config.py')!r})\n"
+        f"c.CourseDirectory.root = {str(work)!r}\n"
+        "c.CourseDirectory.source_directory = 'source'\n"
+        "c.CourseDirectory.release_directory = 'release'\n"
+        f"c.CourseDirectory.db_url = {'sqlite:///' + str(work / 'gradebook.db')!r}\n"
+    )
+
+
+def autograde(nbgrader, batch: Batch, logs: Path) -> list[tuple[str, str]]:
+    """Step 3: generate each assignment once (records its cells), then autograde every pair."""
+    logs.mkdir(parents=True, exist_ok=True)
+    for aid in sorted({aid for _, aid in batch.pairs}):
+        result = nbgrader.generate_assignment(aid, force=True, create=True)
+        if not result["success"]:
+            raise SystemExit(f"cannot generate {aid} from the sources:\n{result['error']}")
+    graded = []
+    for number, (student, aid) in enumerate(batch.pairs, 1):
+        print(f"[{number}/{len(batch.pairs)}] {student}/{aid}", flush=True)
+        result = nbgrader.autograde(aid, student, force=True, create=True)
+        (logs / f"{student}__{aid}.log").write_text(result.get("log") or "")
+        if result["success"]:
+            graded.append((student, aid))
+        else:
+            error = (result.get("error") or "").strip()
+            batch.problem(student, aid, "autograde failed: " + (error.splitlines()[-1] if error else "see its log"))
+    return graded
+
+
+def feedback(nbgrader, graded: list[tuple[str, str]], work: Path, out: Path, batch: Batch) -> None:
+    """Step 4: HTML feedback per student and assignment, copied to RESULTS/feedback/."""
+    for student, aid in graded:
+        result = nbgrader.generate_feedback(aid, student, force=True)
+        source = work / "feedback" / student / aid
+        if not result["success"] or not source.is_dir():
+            batch.problem(student, aid, "feedback could not be generated (see its log)")
+            continue
+        target = out / student / aid
+        if target.exists():
+            shutil.rmtree(target)
+        shutil.copytree(source, target)
+
+
+def export(config, destination: Path) -> None:
+    """Step 5: nbgrader's own CSV export of the whole gradebook."""
+    from nbgrader.api import Gradebook
+    from nbgrader.plugins import CsvExportPlugin
+
+    plugin = CsvExportPlugin(config=config)
+    plugin.to = str(destination)
+    with Gradebook(config.CourseDirectory.db_url) as gradebook:
+        plugin.export(gradebook)
+
+
+def grade(submissions: Path, results: Path, solutions: Path = SOLUTIONS, only_student: str | None = None) -> Batch:
+    """Run the five steps; returns what was graded and what could not be."""
+    submissions, results = submissions.resolve(), results.resolve()
+    os.environ.setdefault("GPUCOURSE_SMOKE", "1")
+    work = results / "nbgrader"
+    work.mkdir(parents=True, exist_ok=True)
+    batch = discover(submissions, assignments(solutions), only_student)
+    prepare(work, submissions, batch, solutions)
+    config = load_config(root=work, db=work / "gradebook.db", source="source", release="release")
+    nbgrader = api(config)
+    graded = autograde(nbgrader, batch, results / "logs")
+    feedback(nbgrader, graded, work, results / "feedback", batch)
+    export(config, results / "grades.csv")
+    (results / "problems.txt").write_text("".join(f"{p}\n" for p in batch.problems))
+    return batch
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--submissions", type=Path, required=True)
+    parser.add_argument("--results", type=Path, required=True)
+    parser.add_argument("--student", help="regrade only this student")
+    args = parser.parse_args(argv)
+    batch = grade(args.submissions, args.results, only_student=args.student)
+    print(f"graded {len(batch.pairs)} submission(s); grades in {args.results / 'grades.csv'}")
+    for problem in batch.problems:
+        print(f"  needs review: {problem}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

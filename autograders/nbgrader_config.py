@@ -1,0 +1,35 @@
+# nbgrader configuration for the course. Found by `make lab`, `make release` and `make grade`
+# through JUPYTER_CONFIG_PATH=autograders (set in the Makefile), or loaded by path.
+import os
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from nbgrader.converters import Autograde  # noqa: E402
+from nbgrader.preprocessors import Execute  # noqa: E402
+from nbgrader.validator import Validator  # noqa: E402
+from warnings_are_not_failures import ExecuteStderrIsNotFailure  # noqa: E402
+
+c = get_config()  # noqa: F821 - provided by traitlets when it runs this file
+
+c.CourseDirectory.course_id = "gpu-data-parallel"
+c.CourseDirectory.root = os.path.dirname(HERE)
+c.CourseDirectory.source_directory = "solutions"
+c.CourseDirectory.release_directory = "course"
+c.CourseDirectory.db_url = "sqlite:///" + os.path.join(HERE, "gradebook.db")
+
+c.ClearSolutions.code_stub = {"python": "# YOUR CODE HERE\nraise NotImplementedError()"}
+c.ClearSolutions.text_stub = "YOUR ANSWER HERE"
+
+# Grading and Validate execute each notebook with a real kernel; warnings on stderr cost nothing.
+c.Execute.timeout = 600
+
+
+def _swap_execute(preprocessors):
+    return [ExecuteStderrIsNotFailure if p is Execute else p for p in preprocessors]
+
+
+c.Autograde.autograde_preprocessors = _swap_execute(Autograde.class_traits()["autograde_preprocessors"].make_dynamic_default())
+# Validate's preprocessor list is not configurable in nbgrader 0.9; replace its default instead.
+_validate = Validator.class_traits()["preprocessors"]
+_validate.default_args = (_swap_execute(_validate.make_dynamic_default()),)

@@ -1,0 +1,112 @@
+"""`make bench`: the course's performance report, measured on this machine.
+
+Lesson 1 (processes, threads and the GIL): speedup against worker count for a GIL-holding,
+a GIL-releasing and a waiting workload, pool start-up per start method, and DataLoader
+throughput against ``num_workers``. Writes ``report.md``, ``lesson01.json`` and ``lesson01.png``.
+
+    python -m gpucourse.bench --out bench/results [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sys
+import time
+from pathlib import Path
+
+from gpucourse import parallel as P
+
+
+def lesson01(quick: bool) -> dict:
+    """Full-size versions of the lesson's measurements (``quick``: the notebook's smoke sizes)."""
+    cores = P.usable_cores()
+    workers = [1, 2, 4] if quick else sorted({1, 2, 4, 8, cores, 2 * cores})
+    repeats = 1 if quick else 3
+    tasks = 4 if quick else max(8, 2 * cores)
+    rows = []
+    rows += P.measure_speedups(P.count_primes, [15_000 if quick else 150_000] * tasks, ["threads", "processes"], workers, repeats)
+    rows += P.measure_speedups(P.hash_rounds, [4 if quick else 48] * tasks, ["threads", "processes"], workers, repeats)
+    rows += P.measure_speedups(P.wait_io, [0.02 if quick else 0.1] * 16, ["threads", "processes", "asyncio"],
+                               [1, 4, 16], repeats)
+    startup = {m: P.pool_startup_seconds(m) for m in P.mp.get_all_start_methods()}
+    dataset = P.PrimeCountingDataset(16 if quick else 96, 3_000 if quick else 20_000)
+    loader = {w: len(dataset) / P.loader_seconds(dataset, w) for w in sorted({0, 1, 2, cores})}
+    return {
+        "facts": P.interpreter_facts(),
+        "speedups": [r.as_dict() for r in rows],
+        "pool_startup_ms": {m: 1000 * s for m, s in startup.items()},
+        "loader_items_per_s": loader,
+    }
+
+
+def _best(rows: list[dict], workload: str, kind: str) -> dict:
+    return max((r for r in rows if r["workload"] == workload and r["kind"] == kind), key=lambda r: r["speedup"])
+
+
+def report(results: dict, seconds: float) -> str:
+    facts, rows = results["facts"], results["speedups"]
+    lines = [
+        "# gpucourse benchmark report",
+        "",
+        f"Machine: {platform.platform()}, {facts['usable_cores']} usable cores, Python {facts['python']} "
+        f"(GIL {'on' if facts['gil_enabled'] else 'off'}), default start method `{facts['default_start_method']}`. "
+        f"Took {seconds:.0f} s.",
+        "",
+        "## Lesson 1: best speedup over serial (workers in brackets)",
+        "",
+        "| workload | threads | processes | asyncio |",
+        "|---|---|---|---|",
+    ]
+    for workload in dict.fromkeys(r["workload"] for r in rows):
+        cells = []
+        for kind in ("threads", "processes", "asyncio"):
+            if any(r["workload"] == workload and r["kind"] == kind for r in rows):
+                best = _best(rows, workload, kind)
+                cells.append(f"{best['speedup']:.2f}x ({best['workers']})")
+            else:
+                cells.append("-")
+        lines.append(f"| `{workload}` | " + " | ".join(cells) + " |")
+    lines += ["", "Pool start-up (2 workers, first answers back): " + ", ".join(
+        f"{m} {ms:.0f} ms" for m, ms in results["pool_startup_ms"].items()), "",
+        "DataLoader items/s by num_workers: " + ", ".join(
+        f"{w}: {v:.0f}" for w, v in results["loader_items_per_s"].items()), ""]
+    return "\n".join(lines)
+
+
+def plot(results: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = [P.Measurement(**r) for r in results["speedups"]]
+    workloads = list(dict.fromkeys(r.workload for r in rows))
+    fig, axes = plt.subplots(1, len(workloads), figsize=(5 * len(workloads), 4))
+    for workload, ax in zip(workloads, axes):
+        P.plot_speedups([r for r in rows if r.workload == workload], ax=ax, cores=results["facts"]["usable_cores"])
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", type=Path, default=Path("bench/results"))
+    parser.add_argument("--quick", action="store_true", help="the notebooks' smoke sizes (seconds, not minutes)")
+    args = parser.parse_args(argv)
+    args.out.mkdir(parents=True, exist_ok=True)
+    start = time.perf_counter()
+    results = lesson01(args.quick)
+    seconds = time.perf_counter() - start
+    (args.out / "lesson01.json").write_text(json.dumps(results, indent=2))
+    plot(results, args.out / "lesson01.png")
+    text = report(results, seconds)
+    (args.out / "report.md").write_text(text)
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

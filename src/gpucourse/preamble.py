@@ -1,0 +1,68 @@
+"""The fixed preamble every notebook runs first: seed, device and the smoke setting.
+
+Taught in every lesson's first cell. ``GPUCOURSE_SMOKE=1`` (set by ``make test`` and by the
+grader) shrinks data and epochs so that CI can execute every notebook; the text never changes.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+SMOKE_ENV = "GPUCOURSE_SMOKE"
+T = TypeVar("T")
+
+
+def smoke_mode() -> bool:
+    """Whether ``GPUCOURSE_SMOKE`` asks for the small, fast run (``1``) or the full one (``0``)."""
+    value = os.environ.get(SMOKE_ENV, "").strip().lower()
+    if value in ("1", "true", "yes", "on"):
+        return True
+    if value in ("", "0", "false", "no", "off"):
+        return False
+    raise ValueError(f"{SMOKE_ENV}={value!r} is not understood; use 1 (smoke run) or 0 (full run)")
+
+
+def pick_device() -> Any:
+    """The best accelerator torch can use here: CUDA (or ROCm), then Apple MPS, then the CPU."""
+    import torch
+
+    if torch.cuda.is_available():
+        return torch.device("cuda")
+    mps = getattr(torch.backends, "mps", None)
+    if mps is not None and mps.is_available():
+        return torch.device("mps")
+    return torch.device("cpu")
+
+
+@dataclass(frozen=True)
+class Setup:
+    """What the preamble decided; notebooks read ``S.device`` and ``S.size(full, smoke)``."""
+
+    seed: int
+    device: Any
+    smoke: bool
+
+    def size(self, full: T, smoke: T) -> T:
+        """``full`` normally, ``smoke`` under GPUCOURSE_SMOKE=1 (CI and grading)."""
+        return smoke if self.smoke else full
+
+
+def setup(seed: int = 0, quiet: bool = False) -> Setup:
+    """Seed Python, NumPy and torch, pick the device, read the smoke setting, print one line."""
+    import numpy as np
+    import torch
+
+    from gpucourse import __version__
+
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+    result = Setup(seed=seed, device=pick_device(), smoke=smoke_mode())
+    if not quiet:
+        mode = "smoke run (GPUCOURSE_SMOKE=1)" if result.smoke else "full run"
+        print(f"gpucourse {__version__} | torch {torch.__version__} | device: {result.device} | "
+              f"seed {seed} | {mode}")
+    return result
