@@ -7,6 +7,8 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 # nbgrader finds autograders/nbgrader_config.py through this path, from any directory.
 export JUPYTER_CONFIG_PATH := $(CURDIR)/autograders
+# As if the venv were activated: nbgrader and Jupyter start other tools (alembic, kernels) by name.
+export PATH := $(CURDIR)/$(BIN):$(PATH)
 
 .PHONY: help install lab test release grade bench clean
 

@@ -38,6 +38,29 @@ def test_setup_seeds_and_picks_sizes(monkeypatch, capsys):
     assert "smoke run" in capsys.readouterr().out
 
 
+def test_needs_reports_missing_accelerators(monkeypatch, capsys):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.delenv("PJRT_DEVICE", raising=False)
+    here = preamble.Setup(seed=0, device=torch.device("cpu"), smoke=True)
+    assert here.needs("cuda") is False
+    assert "Skipped: this cell needs 1 CUDA device; this machine has 0" in capsys.readouterr().out
+    assert here.needs("tpu", count=8) is False
+    assert "8 TPU devices" in capsys.readouterr().out
+    with pytest.raises(ValueError, match="unknown accelerator"):
+        here.needs("gpu")
+
+
+def test_needs_counts_visible_gpus(monkeypatch):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    here = preamble.Setup(seed=0, device=torch.device("cuda"), smoke=False)
+    assert here.needs("cuda", count=2) and not here.needs("cuda", count=4)
+
+
 def test_count_primes_counts():
     assert P.count_primes(2) == 0
     assert P.count_primes(30) == 10

@@ -37,6 +37,26 @@ def pick_device() -> Any:
     return torch.device("cpu")
 
 
+def accelerator_count(kind: str) -> int:
+    """How many devices of ``kind`` torch can use: "cuda" (NVIDIA or ROCm), "mps" or "tpu"."""
+    import importlib.util
+
+    import torch
+
+    if kind == "cuda":
+        return torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if kind == "mps":
+        mps = getattr(torch.backends, "mps", None)
+        return int(mps is not None and mps.is_available())
+    if kind == "tpu":
+        if os.environ.get("PJRT_DEVICE", "").upper() != "TPU" or importlib.util.find_spec("torch_xla") is None:
+            return 0
+        import torch_xla.runtime as xr
+
+        return xr.global_runtime_device_count()
+    raise ValueError(f"unknown accelerator kind {kind!r}; use 'cuda', 'mps' or 'tpu'")
+
+
 @dataclass(frozen=True)
 class Setup:
     """What the preamble decided; notebooks read ``S.device`` and ``S.size(full, smoke)``."""
@@ -48,6 +68,19 @@ class Setup:
     def size(self, full: T, smoke: T) -> T:
         """``full`` normally, ``smoke`` under GPUCOURSE_SMOKE=1 (CI and grading)."""
         return smoke if self.smoke else full
+
+    def needs(self, kind: str, count: int = 1) -> bool:
+        """Whether ``count`` devices of ``kind`` ("cuda", "mps" or "tpu") are here.
+
+        A GPU- or TPU-only cell starts with ``if S.needs("cuda"):``; when the answer is no, this
+        prints why the cell is skipped, so a CPU run (CI, a laptop) says so instead of failing.
+        """
+        available = accelerator_count(kind)
+        if available >= count:
+            return True
+        what = f"{count} {kind.upper()} device{'s' if count > 1 else ''}"
+        print(f"Skipped: this cell needs {what}; this machine has {available} (running on {self.device}).")
+        return False
 
 
 def setup(seed: int = 0, quiet: bool = False) -> Setup:
