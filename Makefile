@@ -18,7 +18,7 @@ help:
 	@echo "make install   create .venv and install (idempotent)"
 	@echo "make release   regenerate course/ from solutions/"
 	@echo "make grade SUBMISSIONS=<dir> RESULTS=<dir>   grade <student>/<assignment>/<nb>.ipynb"
-	@echo "make bench     measure and write the performance report to bench/results/"
+	@echo "make bench     measure lessons and grading; reports in bench/results/"
 
 $(BIN)/python:
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python >= 3.11 is required; set PYTHON=/path/to/python3.11")'
@@ -51,6 +51,7 @@ grade: install
 
 bench: install
 	$(BIN)/python -m gpucourse.bench --out bench/results
+	$(BIN)/python autograders/bench_grading.py --out bench/results
 
 clean:
 	rm -rf $(VENV) autograders/gradebook.db bench/results .pytest_cache

@@ -9,7 +9,7 @@ from pathlib import Path
 from traitlets.config import Config
 from traitlets.config.loader import PyFileConfigLoader
 
-HERE = Path(__file__).resolve().parent
+HERE = AUTOGRADERS = Path(__file__).resolve().parent
 ROOT = HERE.parent
 SOLUTIONS = ROOT / "solutions"
 COURSE = ROOT / "course"

@@ -1,17 +1,20 @@
-"""`make grade`: grade submissions with nbgrader, as a chain of small steps.
+"""`make grade`: grade a class of submissions in sandboxes, in parallel, into nbgrader's gradebook.
 
 SUBMISSIONS is nbgrader's submitted layout, ``<student>/<assignment>/<notebook>.ipynb``.
 RESULTS receives:
 
 - ``grades.csv``: nbgrader's CSV export (assignment, student_id, score, max_score, ...);
-- ``feedback/<student>/<assignment>/<notebook>.html``: what each student gets back;
-- ``logs/<student>__<assignment>.log``: nbgrader's log of that autograde;
-- ``problems.txt``: submissions that could not be graded, and why;
+- ``feedback/<student>/<assignment>/<notebook>.html``: what each student gets back (check names
+  and what failed; never the hidden checks' code);
+- ``logs/<student>__<assignment>.log``: scores, flags, every check's result, the sandbox output;
+- ``flagged.txt``: submissions a person should look at, and why; ``problems.txt``: what could not
+  be graded at all;
 - ``nbgrader/``: a complete nbgrader course folder (gradebook included) for Formgrader's manual
   grading: ``cd RESULTS/nbgrader && jupyter lab``, then ``nbgrader export`` there.
 
-Kernels run with GPUCOURSE_SMOKE=1 unless it is already set: grading needs the exercises'
-answers, not the lesson's full-size measurements.
+Each submission runs in its own sandbox (autograders/sandbox.py) and is judged here
+(autograders/engine.py); see autograders/THREAT_MODEL.md. Kernels run with GPUCOURSE_SMOKE=1
+unless it is already set: grading needs the exercises' answers, not the lessons' measurements.
 """
 
 from __future__ import annotations
@@ -20,10 +23,15 @@ import argparse
 import os
 import shutil
 import sys
+import time
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from course import HERE, SOLUTIONS, api, assignments, load_config
+import engine
+import record
+import sandbox
+from course import HERE, ROOT, SOLUTIONS, api, assignments, load_config
 
 IGNORED = shutil.ignore_patterns(".ipynb_checkpoints", "__pycache__")
 
@@ -34,6 +42,7 @@ class Batch:
 
     pairs: list[tuple[str, str]] = field(default_factory=list)  # (student, assignment) to grade
     problems: list[str] = field(default_factory=list)
+    flagged: list[str] = field(default_factory=list)
 
     def problem(self, student: str, assignment: str, why: str) -> None:
         self.problems.append(f"{student}/{assignment}: {why}")
@@ -85,23 +94,50 @@ def prepare(work: Path, submissions: Path, batch: Batch, solutions: Path) -> Non
     )
 
 
-def autograde(nbgrader, batch: Batch, logs: Path) -> list[tuple[str, str]]:
-    """Step 3: generate each assignment once (records its cells), then autograde every pair."""
-    logs.mkdir(parents=True, exist_ok=True)
+def register(nbgrader, batch: Batch) -> None:
+    """Step 3: generate each assignment once: its cells enter the gradebook, its release is the template."""
     for aid in sorted({aid for _, aid in batch.pairs}):
         result = nbgrader.generate_assignment(aid, force=True, create=True)
         if not result["success"]:
             raise SystemExit(f"cannot generate {aid} from the sources:\n{result['error']}")
-    graded = []
-    for number, (student, aid) in enumerate(batch.pairs, 1):
-        print(f"[{number}/{len(batch.pairs)}] {student}/{aid}", flush=True)
-        result = nbgrader.autograde(aid, student, force=True, create=True)
-        (logs / f"{student}__{aid}.log").write_text(result.get("log") or "")
-        if result["success"]:
+
+
+def _released(work: Path, aid: str) -> Path:
+    notebooks = sorted((work / "release" / aid).glob("*.ipynb"))
+    if len(notebooks) != 1:
+        raise SystemExit(f"{aid}: the engine grades one notebook per assignment, found {len(notebooks)}")
+    return notebooks[0]
+
+
+def _eta(done: int, total: int, started: float) -> str:
+    remaining = (time.perf_counter() - started) / done * (total - done)
+    return f"{int(remaining // 60)}:{int(remaining % 60):02d}"
+
+
+def autograde(work: Path, batch: Batch, results: Path, submissions: Path, jobs: int,
+              limits: sandbox.Limits) -> list[tuple[str, str]]:
+    """Step 4: every pair in its own sandbox, ``jobs`` at a time; grades written as each one ends."""
+    hide = [work, results, submissions, ROOT / "solutions", ROOT / "autograders", ROOT / "tests", ROOT / ".git"]
+    isolate = sandbox.namespaces_available()
+    graded, started, total = [], time.perf_counter(), len(batch.pairs)
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        futures = {pool.submit(engine.grade_submission, work, student, aid, _released(work, aid), hide, limits, isolate):
+                   (student, aid) for student, aid in batch.pairs}
+        for done, future in enumerate(as_completed(futures), 1):
+            student, aid = futures[future]
+            try:
+                result = future.result()
+                record.write(work, _released(work, aid), result, results / "logs")
+            except Exception as error:  # a grader fault on one submission never stops the batch
+                batch.problem(student, aid, f"could not be graded: {type(error).__name__}: {error}")
+                continue
             graded.append((student, aid))
-        else:
-            error = (result.get("error") or "").strip()
-            batch.problem(student, aid, "autograde failed: " + (error.splitlines()[-1] if error else "see its log"))
+            if result.flags or result.notes:
+                batch.flagged.append(f"{student}/{aid}: " + "; ".join(result.flags + result.notes))
+            score = f"{sum(result.scores.values()):g}/{sum(result.max_scores.values()):g}"
+            bar = "#" * (20 * done // total) + "." * (20 - 20 * done // total)
+            print(f"[{bar}] {done}/{total} {student}/{aid} {score}{' FLAGGED' if result.flags else ''}"
+                  f"  ETA {_eta(done, total, started)}", flush=True)
     return graded
 
 
@@ -130,8 +166,9 @@ def export(config, destination: Path) -> None:
         plugin.export(gradebook)
 
 
-def grade(submissions: Path, results: Path, solutions: Path = SOLUTIONS, only_student: str | None = None) -> Batch:
-    """Run the five steps; returns what was graded and what could not be."""
+def grade(submissions: Path, results: Path, solutions: Path = SOLUTIONS, only_student: str | None = None,
+          jobs: int | None = None, limits: sandbox.Limits = sandbox.Limits()) -> Batch:
+    """Run the steps; returns what was graded, flagged and could not be graded."""
     submissions, results = submissions.resolve(), results.resolve()
     os.environ.setdefault("GPUCOURSE_SMOKE", "1")
     work = results / "nbgrader"
@@ -140,10 +177,13 @@ def grade(submissions: Path, results: Path, solutions: Path = SOLUTIONS, only_st
     prepare(work, submissions, batch, solutions)
     config = load_config(root=work, db=work / "gradebook.db", source="source", release="release")
     nbgrader = api(config)
-    graded = autograde(nbgrader, batch, results / "logs")
+    register(nbgrader, batch)
+    graded = autograde(work, batch, results, submissions, jobs or os.cpu_count() or 1, limits)
     feedback(nbgrader, graded, work, results / "feedback", batch)
     export(config, results / "grades.csv")
     (results / "problems.txt").write_text("".join(f"{p}\n" for p in batch.problems))
+    if only_student is None or not (results / "flagged.txt").exists():
+        (results / "flagged.txt").write_text("".join(f"{f}\n" for f in sorted(batch.flagged)))
     return batch
 
 
@@ -152,11 +192,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--submissions", type=Path, required=True)
     parser.add_argument("--results", type=Path, required=True)
     parser.add_argument("--student", help="regrade only this student")
+    parser.add_argument("--jobs", type=int, help="submissions graded at once (default: one per core)")
     args = parser.parse_args(argv)
-    batch = grade(args.submissions, args.results, only_student=args.student)
+    batch = grade(args.submissions, args.results, only_student=args.student, jobs=args.jobs)
     print(f"graded {len(batch.pairs)} submission(s); grades in {args.results / 'grades.csv'}")
+    for line in sorted(batch.flagged):
+        print(f"  flagged: {line}")
     for problem in batch.problems:
-        print(f"  needs review: {problem}")
+        print(f"  could not grade: {problem}")
     return 0
 
 

@@ -11,75 +11,21 @@
 from __future__ import annotations
 
 import csv
-import shutil
 import subprocess
 from pathlib import Path
 
 import nbformat
 import pytest
 
-from conftest import COURSE, FIXTURES, ROOT, SOLUTIONS, nbgrader_meta, notebooks, read
-
-
-def _fixtures() -> list[tuple[str, str, str, Path]]:
-    """(assignment, "wrong" or "right", exercise, file) for every fixture file."""
-    found = []
-    for assignment_dir in sorted(p for p in FIXTURES.iterdir() if p.is_dir()):
-        for kind in ("wrong", "right"):
-            for path in sorted((assignment_dir / kind).glob("*.py")):
-                found.append((assignment_dir.name, kind, path.stem.split("__")[0], path))
-    return found
-
-
-FIXTURE_FILES = _fixtures()
-
-
-def _student(kind: str, exercise: str, path: Path) -> str:
-    return f"{kind}-{exercise}-{path.stem.split('__')[1]}"
-
-
-def _auto_cells(nb) -> list[str]:
-    return [nbgrader_meta(c)["grade_id"] for c in nb.cells
-            if nbgrader_meta(c).get("grade") and not nbgrader_meta(c).get("solution")]
-
-
-def _submit(folder: Path, student: str, assignment: str, nb) -> None:
-    target = folder / student / assignment
-    target.mkdir(parents=True)
-    nbformat.write(nb, target / "submission.ipynb")
-
-
-def _with_answer(released: Path, exercise: str, source: str):
-    nb = read(released)
-    cells = [c for c in nb.cells if nbgrader_meta(c).get("grade_id") == exercise]
-    assert len(cells) == 1, f"{released.name} has no solution cell {exercise!r}"
-    cells[0].source = source
-    return nb
+import classroom
+from conftest import FIXTURES, ROOT, SOLUTIONS, nbgrader_meta, notebooks, read
 
 
 @pytest.fixture(scope="module")
 def graded(tmp_path_factory):
     submissions = tmp_path_factory.mktemp("submitted")
     results = tmp_path_factory.mktemp("results")
-    expected = {}
-    for source in notebooks(SOLUTIONS):
-        assignment = source.parent.name
-        released = COURSE / assignment / source.name
-        nb_name = source.stem
-        shutil.copytree(source.parent, submissions / "reference" / assignment)
-        shutil.copytree(released.parent, submissions / "unanswered" / assignment)
-        cells = _auto_cells(read(source))
-        expected[("reference", assignment)] = {c: "full" for c in cells}
-        expected[("unanswered", assignment)] = {c: "zero" for c in cells}
-        for fixture_assignment, kind, exercise, path in FIXTURE_FILES:
-            if fixture_assignment != assignment:
-                continue
-            student = _student(kind, exercise, path)
-            nb = _with_answer(released, exercise, path.read_text())
-            target = submissions / student / assignment
-            target.mkdir(parents=True)
-            nbformat.write(nb, target / f"{nb_name}.ipynb")
-            expected[(student, assignment)] = {f"test_{exercise}": "zero" if kind == "wrong" else "full"}
+    expected = classroom.build(submissions)
     (submissions / "stray" / "no_such_assignment").mkdir(parents=True)
     (submissions / "stray" / "no_such_assignment" / "x.ipynb").write_text("{}")
     run = subprocess.run(["make", "-s", "grade", f"SUBMISSIONS={submissions}", f"RESULTS={results}"],
@@ -102,8 +48,8 @@ def test_every_exercise_has_both_kinds_of_fixture():
         exercises = [nbgrader_meta(c)["grade_id"] for c in nb.cells
                      if nbgrader_meta(c).get("solution") and c.cell_type == "code"]
         for exercise in exercises:
-            assert f"test_{exercise}" in _auto_cells(nb), f"{exercise}: no test_{exercise} cell"
-            kinds = {k for a, k, e, _ in FIXTURE_FILES if a == source.parent.name and e == exercise}
+            assert f"test_{exercise}" in classroom.auto_graded_cells(nb), f"{exercise}: no test_{exercise} cell"
+            kinds = {k for a, k, e, _ in classroom.fixtures() if a == source.parent.name and e == exercise}
             assert kinds == {"wrong", "right"}, f"{exercise}: fixtures of kinds {kinds}, need wrong and right"
 
 
@@ -180,3 +126,15 @@ def test_validate_button_passes_correct_code_that_warns(tmp_path):
     nbformat.write(nb, tmp_path / "broken.ipynb")
     result = Validator(config=load_config()).validate(str(tmp_path / "broken.ipynb"))
     assert len(result.get("failed", [])) == 1, "Validate must still report a real failure"
+
+
+def test_grading_bench_reports_a_ratio(tmp_path):
+    import json
+
+    import bench_grading
+
+    assert bench_grading.main(["--out", str(tmp_path), "--limit", "2"]) == 0
+    results = json.loads((tmp_path / "grading.json").read_text())
+    assert results["submissions"] == 2 and results["problems"] == 0
+    assert results["ratio"] == pytest.approx(results["nbgrader_sequential_s"] / results["engine_s"])
+    assert "| engine (sandboxed" in (tmp_path / "grading.md").read_text()

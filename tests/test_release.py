@@ -85,3 +85,14 @@ def test_every_notebook_opens_with_the_same_preamble(source):
     assert f"git+https://github.com/{_repo_slug()}" in preamble.source
     assert "S = setup(seed=0)" in preamble.source
     assert nbgrader_meta(preamble).get("locked"), "the preamble is a locked cell"
+
+
+def test_hidden_checks_stay_out_of_course():
+    """Hidden checks live in autograders/checks/, and nothing of them reaches the released notebooks."""
+    released = "\n".join(p.read_text() for p in notebooks(COURSE))
+    names = []
+    for check_file in (ROOT / "autograders" / "checks").glob("*.py"):
+        names += re.findall(r"^def (\w+)", check_file.read_text(), re.M)
+    assert names, "no hidden checks found"
+    assert not [n for n in names if n in released]
+    assert "autograders" not in released

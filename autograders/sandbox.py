@@ -1,0 +1,207 @@
+"""Run untrusted student code in a subprocess with limits, and kill everything it started.
+
+Always (any OS user): a new session, a scrubbed environment, a working folder of its own, and
+resource limits: address space, CPU seconds, processes, file size; a wall-clock limit that kills
+the whole process group; and captured output cut at a byte limit.
+
+When the grader runs as root on Linux and ``unshare`` works (CI, a grading server), additionally:
+new network, mount and PID namespaces (no network, no view of or signal to the grader's
+processes, and every process left behind dies with the namespace), the course's private folders
+and every other student's work hidden under empty tmpfs mounts, and the code runs as ``nobody``
+with no capabilities. ``Isolation.describe()`` says which of the two applied.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+NOBODY = 65534
+
+
+@dataclass(frozen=True)
+class Limits:
+    wall_seconds: float = 600
+    cpu_seconds: int = 900
+    memory_bytes: int = 6 << 30  # address space; torch's CUDA build maps ~2 GB just importing
+    processes: int = 256  # per user, threads included: bounds a fork bomb; workers, ranks and their threads fit
+    file_bytes: int = 256 << 20
+    output_bytes: int = 1 << 20  # kept; anything beyond is counted and dropped
+
+
+@dataclass
+class Outcome:
+    returncode: int | None
+    output: str
+    output_bytes: int
+    seconds: float
+    timed_out: bool
+    isolated: bool
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def truncated(self) -> bool:
+        return self.output_bytes > len(self.output.encode(errors="replace"))
+
+
+def namespaces_available() -> bool:
+    """Root, Linux, and the kernel lets us create net, mount and PID namespaces."""
+    if os.name != "posix" or os.geteuid() != 0 or not (shutil.which("unshare") and shutil.which("setpriv")):
+        return False
+    probe = subprocess.run(["unshare", "--net", "--mount", "--pid", "--fork", "--mount-proc", "true"],
+                           capture_output=True, timeout=30)
+    return probe.returncode == 0
+
+
+def _limit_resources(limits: Limits):
+    def apply() -> None:
+        os.setsid()
+        resource.setrlimit(resource.RLIMIT_AS, (limits.memory_bytes, limits.memory_bytes))
+        resource.setrlimit(resource.RLIMIT_CPU, (limits.cpu_seconds, limits.cpu_seconds))
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limits.file_bytes, limits.file_bytes))
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        if os.geteuid() != 0:  # root ignores RLIMIT_NPROC; the isolated path sets it after dropping to nobody
+            resource.setrlimit(resource.RLIMIT_NPROC, (limits.processes, limits.processes))
+
+    return apply
+
+
+def _blocking_ancestor(path: Path) -> Path | None:
+    """The first folder on the way to ``path`` that others may not enter (e.g. /root), if any."""
+    current = Path("/")
+    for part in path.resolve().parts[1:]:
+        current = current / part
+        if current.is_dir() and not current.stat().st_mode & 0o001:
+            return current
+    return None
+
+
+def _reach(needed: list[Path]) -> list[str]:
+    """Shell lines that let ``nobody`` reach ``needed`` folders behind a closed ancestor.
+
+    Each needed folder is kept on a bind mount, an empty tmpfs veils the closed ancestor (so its
+    other contents stay hidden), and the folder is bound back at its own path inside the veil.
+    Runs after /tmp became the namespace's own tmpfs.
+    """
+    lines, veiled = [], set()
+    for number, folder in enumerate(needed):
+        ancestor = _blocking_ancestor(folder)
+        if ancestor is None:
+            continue
+        keep = f"/tmp/.keep{number}"
+        lines += [f"mkdir {keep}", f"mount --bind {shlex.quote(str(folder))} {keep}"]
+        if ancestor not in veiled:
+            lines.append(f"mount -t tmpfs -o mode=0755 gpucourse-veil {shlex.quote(str(ancestor))}")
+            veiled.add(ancestor)
+        lines += [f"mkdir -p {shlex.quote(str(folder))}", f"mount --bind {keep} {shlex.quote(str(folder))}",
+                  f"umount {keep}", f"rmdir {keep}"]
+    return lines
+
+
+def _needed_folders() -> list[Path]:
+    """What the sandboxed Python must reach: its interpreter, its venv and the course's package."""
+    import gpucourse
+
+    folders = [Path(sys.base_prefix), Path(sys.prefix), Path(gpucourse.__file__).parent.parent]
+    return list(dict.fromkeys(f.resolve() for f in folders))
+
+
+def _isolated_command(command: list[str], workdir: Path, hide: list[Path], limits: Limits) -> list[str]:
+    """Wrap ``command``: namespaces, the work folder at /mnt, tmpfs over hidden folders, then nobody.
+
+    The new network namespace has only a loopback interface, brought up so that the code can use
+    127.0.0.1 among its own processes (gloo needs it); nothing outside the namespace is reachable.
+    """
+    # Bind the work folder first: the tmpfs mounts below may cover the folder it lives in.
+    script = ["set -e", "mount --make-rprivate /", f"mount --bind {shlex.quote(str(workdir))} /mnt", "ip link set lo up"]
+    script.append("mount -t tmpfs -o mode=1777 gpucourse-tmp /tmp")
+    script += _reach(_needed_folders())
+    for path in hide:  # a folder under /tmp is gone already: the namespace has its own /tmp
+        quoted = shlex.quote(str(path))
+        script.append(f"[ ! -d {quoted} ] || mount -t tmpfs -o size=1m,mode=0755 gpucourse-hidden {quoted}")
+    script += [
+        "mount -t tmpfs -o mode=1777 gpucourse-shm /dev/shm",
+        "cd /mnt",
+        "exec setpriv --reuid={0} --regid={0} --clear-groups --no-new-privs --inh-caps=-all "
+        "prlimit --nproc={1} -- {2}".format(NOBODY, limits.processes, shlex.join(command)),
+    ]
+    return ["unshare", "--net", "--mount", "--pid", "--fork", "--kill-child", "--mount-proc", "--",
+            "sh", "-c", "\n".join(script)]
+
+
+def _drain(stream, limits: Limits, kept: list[bytes], counted: list[int]) -> None:
+    for chunk in iter(lambda: stream.read(65536), b""):
+        counted[0] += len(chunk)
+        room = limits.output_bytes - sum(len(k) for k in kept)
+        if room > 0:
+            kept.append(chunk[:room])
+
+
+def run(command: list[str], workdir: Path, *, env: dict[str, str] | None = None, hide: list[Path] = (),
+        limits: Limits = Limits(), isolate: bool | None = None, stdin: bytes = b"",
+        pass_fds: tuple[int, ...] = ()) -> Outcome:
+    """Run ``command`` in ``workdir`` under ``limits``; never raises for what the code does.
+
+    ``workdir`` becomes the code's current folder (``/mnt`` when isolated) and is handed to
+    ``nobody`` when isolated. ``hide`` lists folders the code must not read (isolated only).
+    ``pass_fds`` are given to the code and closed here.
+    """
+    isolate = namespaces_available() if isolate is None else isolate
+    notes = []
+    if isolate:
+        os.chown(workdir, NOBODY, NOBODY)
+        for path in workdir.rglob("*"):
+            os.chown(path, NOBODY, NOBODY, follow_symlinks=False)
+        full = _isolated_command(command, workdir, list(hide), limits)
+    else:
+        full = command
+        notes.append("not isolated: namespaces need root and unshare; limits and process-group kill only")
+    start = time.perf_counter()
+    proc = subprocess.Popen(full, cwd=workdir, env=env if env is not None else {"PATH": os.defpath},
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            preexec_fn=_limit_resources(limits), pass_fds=pass_fds, close_fds=True)
+    for fd in pass_fds:  # handed over: the child holds them now, and readers must see EOF when it exits
+        os.close(fd)
+    kept: list[bytes] = []
+    counted = [0]
+    reader = threading.Thread(target=_drain, args=(proc.stdout, limits, kept, counted), daemon=True)
+    reader.start()
+    try:
+        proc.stdin.write(stdin)
+        proc.stdin.close()
+    except (BrokenPipeError, OSError):
+        pass
+    timed_out = False
+    try:
+        proc.wait(timeout=limits.wall_seconds)
+    except subprocess.TimeoutExpired:
+        timed_out = True
+        notes.append(f"killed after {limits.wall_seconds:.0f} s of wall time")
+    _kill_group(proc)
+    reader.join(timeout=10)
+    if counted[0] > limits.output_bytes:
+        notes.append(f"output cut at {limits.output_bytes} of {counted[0]} bytes")
+    return Outcome(returncode=None if timed_out else proc.returncode,
+                   output=b"".join(kept).decode(errors="replace"), output_bytes=counted[0],
+                   seconds=time.perf_counter() - start, timed_out=timed_out, isolated=isolate, notes=notes)
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    """SIGKILL the session the code ran in: its children and grandchildren go with it."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        pass

@@ -1,0 +1,79 @@
+"""Run a multi-process exercise the way real training runs: a script, launched by torchrun.
+
+Taught in lesson 1, exercise 5 (and used by the multi-GPU lessons). The student's exercise cell
+becomes ``student.py``; ``torchrun --standalone --nproc-per-node=2`` starts two ranks of
+``gpucourse.checks.ddp_harness`` (gloo on CPU, NCCL when there are GPUs) on a free port; every
+rank writes what it computed to ``rank<N>.json``; a judge then compares all ranks' files, not a
+line that rank 0 printed.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+WORLD_SIZE = 2
+SCRIPT_TIMEOUT = 180  # seconds for the whole launch; collectives time out sooner (harness)
+HEADER = "import os\nimport torch\nimport torch.distributed as dist\n\n"
+
+
+def exercise_source(ns: dict, exercise: str, names: list[str]) -> str:
+    """The exercise cell's source: given by the grader, or rebuilt from the functions in a notebook."""
+    given = ns.get("__exercise_sources__", {}).get(exercise)
+    if given is not None:
+        return given
+    return HEADER + "\n\n".join(inspect.getsource(ns[name]) for name in names)
+
+
+_LAUNCHED: dict[tuple[str, int], dict] = {}  # one launch per source: public and hidden cases share it
+
+
+def run_exercise_script(ns: dict, exercise: str, names: list[str], world_size: int = WORLD_SIZE) -> dict:
+    """Launch the exercise as a ``world_size``-process script; every rank's record, exit code, log tail."""
+    missing = [name for name in names if not callable(ns.get(name))]
+    if missing:
+        return {"returncode": "not run", "ranks": {}, "tail": f"not defined: {', '.join(missing)}"}
+    source = exercise_source(ns, exercise, names)
+    key = (source, world_size)
+    if key not in _LAUNCHED:
+        try:
+            _LAUNCHED[key] = _launch(source, world_size)
+        except BaseException:  # interrupted (a check's time ran out): never launch this source again
+            _LAUNCHED[key] = {"returncode": "interrupted", "ranks": {}, "tail": "the launch was interrupted"}
+            raise
+    return _LAUNCHED[key]
+
+
+def _launch(source: str, world_size: int) -> dict:
+    with tempfile.TemporaryDirectory(prefix="gpucourse-ddp-") as folder:
+        work = Path(folder)
+        (work / "student.py").write_text(source)
+        command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={world_size}",
+                   "-m", "gpucourse.checks.ddp_harness", str(work / "student.py"), str(work)]
+        env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+        proc = subprocess.Popen(command, cwd=work, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                start_new_session=True, text=True, errors="replace")
+        try:
+            log, _ = proc.communicate(timeout=SCRIPT_TIMEOUT)
+            returncode = proc.returncode
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)  # the launcher and every rank
+            log, _ = proc.communicate()
+            returncode = "timeout"
+        except BaseException:
+            os.killpg(proc.pid, signal.SIGKILL)
+            raise
+        ranks = {}
+        for path in sorted(work.glob("rank*.json")):
+            try:
+                ranks[path.stem.removeprefix("rank")] = json.loads(path.read_text())
+            except (ValueError, OSError):
+                ranks[path.stem.removeprefix("rank")] = {"unreadable": True}
+    tail = "\n".join(line for line in log.splitlines() if line.strip())[-1500:]
+    return {"returncode": returncode, "ranks": ranks, "tail": tail}

@@ -1,0 +1,115 @@
+"""Public checks for lesson 1 (processes, threads and the GIL).
+
+Every ``observe_*`` function is self-contained (its imports inside) because the grader sends its
+source into the sandbox; judges stay with the grader. The grader adds hidden cases of the same form.
+"""
+
+from __future__ import annotations
+
+from gpucourse.checks import Case, register
+
+
+# --- Exercise 1: parallel_map -------------------------------------------------------------
+
+def observe_squares_io(ns):
+    from gpucourse.parallel import square
+    return ns["parallel_map"](square, [1, 2, 3], "io")
+
+
+def observe_squares_cpu(ns):
+    from gpucourse.parallel import square
+    return ns["parallel_map"](square, [1, 2, 3], "cpu")
+
+
+def observe_cpu_pids(ns):
+    import os
+    from gpucourse.parallel import worker_identity
+    return {"me": os.getpid(), "pids": [pid for _, pid, _ in ns["parallel_map"](worker_identity, range(6), "cpu", workers=2)]}
+
+
+register(
+    "parallel_map",
+    Case("kind='io' returns [fn(x) for x in items]", observe_squares_io,
+         lambda d: None if d == [1, 4, 9] else f"expected [1, 4, 9], got {d}"),
+    Case("kind='cpu' returns [fn(x) for x in items]", observe_squares_cpu,
+         lambda d: None if d == [1, 4, 9] else f"expected [1, 4, 9], got {d}"),
+    Case("kind='cpu' runs in other processes", observe_cpu_pids,
+         lambda d: None if d["me"] not in d["pids"] else "ran in this process: use processes for GIL-bound work"),
+)
+
+
+# --- Exercise 2: LinesDataset -------------------------------------------------------------
+
+def observe_small_file(ns):
+    import pickle
+    import tempfile
+    from pathlib import Path
+
+    import torch
+    from gpucourse.parallel import write_int_lines
+
+    path = write_int_lines(Path(tempfile.mkdtemp()) / "ints.txt", [7, -2, 40, 5])
+    dataset = ns["LinesDataset"](path)
+    first = dataset[0]
+    copy = pickle.loads(pickle.dumps(dataset))
+    return {
+        "len": len(dataset),
+        "first_type": f"{type(first).__module__}.{type(first).__qualname__}",
+        "first": int(first) if type(first) is torch.Tensor else None,
+        "copy": [int(copy[i]) for i in range(4)],
+    }
+
+
+def _judge_small_file(d):
+    if d["len"] != 4:
+        return f"len should be 4, got {d['len']}"
+    if d["first_type"] != "torch.Tensor" or d["first"] != 7:
+        return f"ds[0] should be tensor(7), got a {d['first_type']}"
+    if d["copy"] != [7, -2, 40, 5]:
+        return f"the unpickled dataset gives {d['copy']}"
+    return None
+
+
+register("lines_dataset", Case("len, ds[0] and a pickle round trip", observe_small_file, _judge_small_file))
+
+
+# --- Exercise 3: choosing the tool --------------------------------------------------------
+
+def observe_choices(ns):
+    choices = ns["choices"]
+    if not isinstance(choices, dict):
+        return {"error": f"choices is a {type(choices).__name__}, not a dict"}
+    return {str(k): str(v).strip().lower() for k, v in choices.items()}
+
+
+def _judge_choices_form(d):
+    if "error" in d:
+        return d["error"]
+    if set(d) != set("abcdef"):
+        return f"answer exactly the keys a-f, got {sorted(d)}"
+    unknown = {k: v for k, v in d.items() if v not in {"serial", "threads", "processes", "asyncio"}}
+    return f"unknown tools {unknown}; use serial, threads, processes or asyncio" if unknown else None
+
+
+register("choose_tools", Case("one known tool for each of a-f", observe_choices, _judge_choices_form))
+
+
+# --- Exercise 5: processes that talk (run as a 2-process script) --------------------------
+
+def observe_ranks(ns):
+    from gpucourse.checks.ddp import run_exercise_script
+    return run_exercise_script(ns, "average_across_ranks", ["shard_indices", "average_across_ranks"])
+
+
+def _judge_ranks_agree(d):
+    if d["returncode"] != 0:
+        return f"the 2-process script failed (exit {d['returncode']}):\n{d['tail']}"
+    ranks = d["ranks"]
+    if sorted(ranks) != ["0", "1"]:
+        return f"expected results from ranks 0 and 1, got {sorted(ranks)}"
+    if ranks["0"]["average"] != ranks["1"]["average"]:
+        return f"ranks disagree: {ranks['0']['average']} vs {ranks['1']['average']}"
+    return None
+
+
+register("average_across_ranks", Case("both ranks finish and agree", observe_ranks, _judge_ranks_agree))

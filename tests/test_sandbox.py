@@ -1,0 +1,162 @@
+"""autograders/sandbox.py: limits always, namespaces where the grader runs as root on Linux."""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+import textwrap
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+import sandbox
+
+ISOLATED = sandbox.namespaces_available()
+needs_isolation = pytest.mark.skipif(not ISOLATED, reason="namespaces need root and unshare (as in CI)")
+
+
+def _run(tmp_path: Path, code: str, *, isolate=None, hide=(), env=None, **limits):
+    work = tmp_path / f"work-{uuid.uuid4().hex[:8]}"
+    work.mkdir()
+    (work / "main.py").write_text(textwrap.dedent(code))
+    settings = {"wall_seconds": 60, **limits}
+    return sandbox.run([sys.executable, "main.py"], work, hide=list(hide), env=env,
+                       limits=sandbox.Limits(**settings), isolate=isolate)
+
+
+def _alive(marker: str) -> bool:
+    for entry in Path("/proc").iterdir():
+        try:
+            if marker in (entry / "cmdline").read_bytes().decode(errors="replace"):
+                return True
+        except OSError:
+            continue
+    return False
+
+
+@pytest.mark.parametrize("isolate", [False, pytest.param(True, marks=needs_isolation)])
+def test_runs_code_and_captures_output(tmp_path, isolate):
+    out = _run(tmp_path, "print('hello'); import sys; sys.exit(3)", isolate=isolate)
+    assert (out.returncode, out.output.strip(), out.isolated) == (3, "hello", isolate)
+
+
+@pytest.mark.parametrize("isolate", [False, pytest.param(True, marks=needs_isolation)])
+def test_infinite_loop_that_ignores_signals_is_killed(tmp_path, isolate):
+    code = """
+        import signal
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            signal.signal(sig, signal.SIG_IGN)
+        while True:
+            pass
+    """
+    out = _run(tmp_path, code, isolate=isolate, wall_seconds=3)
+    assert out.timed_out and out.returncode is None
+    assert out.seconds < 20
+
+
+@pytest.mark.parametrize("isolate", [False, pytest.param(True, marks=needs_isolation)])
+def test_children_die_with_the_run(tmp_path, isolate):
+    marker = f"gpucourse-orphan-{uuid.uuid4().hex}"
+    code = f"""
+        import subprocess, sys
+        subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)", "{marker}"])
+        print("started")
+    """
+    out = _run(tmp_path, code, isolate=isolate)
+    assert "started" in out.output
+    time.sleep(0.5)
+    assert not _alive(marker), "a child outlived the run"
+
+
+@needs_isolation
+def test_escaped_daemon_dies_with_the_namespace(tmp_path):
+    marker = f"gpucourse-daemon-{uuid.uuid4().hex}"
+    code = f"""
+        import os, subprocess, sys
+        subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)", "{marker}"], start_new_session=True)
+    """
+    _run(tmp_path, code, isolate=True)
+    time.sleep(0.5)
+    assert not _alive(marker), "a setsid daemon outlived the namespace"
+
+
+@pytest.mark.parametrize("isolate", [False, pytest.param(True, marks=needs_isolation)])
+def test_memory_blowup_fails_inside(tmp_path, isolate):
+    out = _run(tmp_path, "x = bytearray(40 << 30)\nprint('allocated')", isolate=isolate, memory_bytes=2 << 30)
+    assert out.returncode not in (0, None) and "MemoryError" in out.output and "allocated" not in out.output
+
+
+@pytest.mark.parametrize("isolate", [False, pytest.param(True, marks=needs_isolation)])
+def test_output_flood_is_cut(tmp_path, isolate):
+    code = "import sys\nfor _ in range(50):\n    sys.stdout.write('x' * (1 << 20))\n"
+    out = _run(tmp_path, code, isolate=isolate, output_bytes=1000)
+    assert out.output_bytes >= 50 << 20 and len(out.output) == 1000 and out.truncated
+    assert any("output cut" in n for n in out.notes)
+
+
+@needs_isolation
+def test_fork_bomb_is_bounded(tmp_path):
+    code = """
+        import os
+        while True:
+            try:
+                os.fork()
+            except OSError:
+                pass
+    """
+    out = _run(tmp_path, code, isolate=True, wall_seconds=5, processes=64)
+    assert out.timed_out
+    time.sleep(0.5)
+    # the machine is fine: this test process can still start one
+    assert _run(tmp_path, "print('still fine')", isolate=True).output.strip() == "still fine"
+
+
+@needs_isolation
+def test_no_network_and_no_view_of_the_grader(tmp_path):
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        port = server.getsockname()[1]
+        code = f"""
+            import os, signal, socket
+            try:
+                socket.create_connection(("127.0.0.1", {port}), timeout=3)
+                print("reached the grader's loopback")
+            except OSError as error:
+                print("no route:", type(error).__name__)
+            try:
+                os.kill({os.getpid()}, signal.SIGKILL)
+                print("killed the grader")
+            except (ProcessLookupError, PermissionError) as error:
+                print("cannot signal:", type(error).__name__)
+            print("uid", os.getuid(), "pid", os.getpid())
+        """
+        out = _run(tmp_path, code, isolate=True)
+    assert "no route" in out.output and "reached" not in out.output
+    assert "cannot signal" in out.output and "killed" not in out.output
+    assert "uid 65534" in out.output
+
+
+@needs_isolation
+def test_hidden_folders_and_environment(tmp_path, monkeypatch):
+    secret = tmp_path / "secrets"
+    secret.mkdir()
+    (secret / "hidden_tests.py").write_text("ANSWER = 42")
+    monkeypatch.setenv("GPUCOURSE_GRADER_SECRET", "do-not-leak")
+    code = f"""
+        import os
+        print("exists:", os.path.exists({str(secret / 'hidden_tests.py')!r}))
+        print("env:", os.environ.get("GPUCOURSE_GRADER_SECRET"))
+        print("tmp:", os.listdir("/tmp"))
+    """
+    out = _run(tmp_path, code, isolate=True, hide=[secret], env={"PATH": os.defpath})
+    assert "exists: False" in out.output and "env: None" in out.output and "tmp: []" in out.output
+
+
+def test_environment_is_scrubbed_without_isolation(tmp_path, monkeypatch):
+    monkeypatch.setenv("GPUCOURSE_GRADER_SECRET", "do-not-leak")
+    out = _run(tmp_path, "import os; print(os.environ.get('GPUCOURSE_GRADER_SECRET'))", isolate=False)
+    assert out.output.strip() == "None"
