@@ -59,6 +59,8 @@ def build(folder: Path, limit: int | None = None) -> dict[tuple[str, str], dict[
             expected[(student, assignment)] = {f"test_{exercise}": "zero" if kind == "wrong" else "full"}
     if limit is not None:
         for student, assignment in list(expected)[limit:]:
-            shutil.rmtree(folder / student)
+            shutil.rmtree(folder / student / assignment)
+            if not any((folder / student).iterdir()):
+                (folder / student).rmdir()
             del expected[(student, assignment)]
     return expected

@@ -71,12 +71,18 @@ def test_grades_csv_in_nbgrader_export_format(graded):
     with open(results / "grades.csv") as handle:
         rows = list(csv.DictReader(handle))
     assert {"assignment", "student_id", "score", "max_score"} <= set(rows[0])
-    assert {(r["student_id"], r["assignment"]) for r in rows} == set(expected)
-    reference = next(r for r in rows if r["student_id"] == "reference")
-    unanswered = next(r for r in rows if r["student_id"] == "unanswered")
-    assert float(unanswered["score"]) == 0
-    written = 3  # the hand-graded answer is not scored yet
-    assert float(reference["score"]) == float(reference["max_score"]) - written
+    pairs = {(r["student_id"], r["assignment"]): r for r in rows}
+    assert set(expected) <= set(pairs), "every graded submission has its row"
+    # nbgrader exports every student for every assignment; what a student did not submit scores 0
+    assert all(float(r["score"]) == 0 for pair, r in pairs.items() if pair not in expected)
+    for source in notebooks(SOLUTIONS):
+        assignment = source.parent.name
+        reference = next(r for r in rows if r["student_id"] == "reference" and r["assignment"] == assignment)
+        unanswered = next(r for r in rows if r["student_id"] == "unanswered" and r["assignment"] == assignment)
+        assert float(unanswered["score"]) == 0
+        written = sum(nbgrader_meta(c)["points"] for c in read(source).cells  # hand-graded: not scored yet
+                      if nbgrader_meta(c).get("grade") and nbgrader_meta(c).get("solution"))
+        assert float(reference["score"]) == float(reference["max_score"]) - written
 
 
 def test_feedback_and_logs_per_submission(graded):
@@ -99,7 +105,7 @@ def test_one_student_can_be_regraded(graded):
     run = subprocess.run(["make", "-s", "grade", f"SUBMISSIONS={submissions}", f"RESULTS={results}",
                           "GRADE_ARGS=--student unanswered"], cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
-    assert "graded 1 submission(s)" in run.stdout
+    assert f"graded {len(notebooks(SOLUTIONS))} submission(s)" in run.stdout  # one per assignment
     assert (results / "grades.csv").read_text() == before  # same scores, nobody else touched
 
 
@@ -138,3 +144,28 @@ def test_grading_bench_reports_a_ratio(tmp_path):
     assert results["submissions"] == 2 and results["problems"] == 0
     assert results["ratio"] == pytest.approx(results["nbgrader_sequential_s"] / results["engine_s"])
     assert "| engine (sandboxed" in (tmp_path / "grading.md").read_text()
+
+
+def test_written_answers_wait_for_a_person_and_count_once_graded(graded, tmp_path):
+    """What Formgrader does: a manual score on the written answer, then `nbgrader export` counts it."""
+    from nbgrader.api import Gradebook
+
+    from course import load_config
+    from grade import export
+
+    _, results, _ = graded
+    work = results / "nbgrader"
+    db = f"sqlite:///{work / 'gradebook.db'}"
+    with Gradebook(db) as gb:
+        written = gb.find_grade("explain_speedups", "processes_threads", "lesson01_processes_threads", "reference")
+        assert written.needs_manual_grade and written.auto_score is None
+        blank = gb.find_grade("explain_speedups", "processes_threads", "lesson01_processes_threads", "unanswered")
+        assert blank.auto_score == 0 and not blank.needs_manual_grade
+        written.manual_score = 2.5
+        gb.db.commit()
+    assert (work / "autograded" / "reference" / "lesson01_processes_threads" / "processes_threads.ipynb").exists()
+    export(load_config(root=work, db=work / "gradebook.db", source="source", release="release"), tmp_path / "grades.csv")
+    with open(tmp_path / "grades.csv") as handle:
+        reference = next(r for r in csv.DictReader(handle)
+                         if r["student_id"] == "reference" and r["assignment"] == "lesson01_processes_threads")
+    assert float(reference["score"]) == 8 + 2.5

@@ -32,7 +32,7 @@ def test_course_equals_a_fresh_release(tmp_path):
 
 
 def _lines(text: str) -> set[str]:
-    return {line.strip() for line in text.splitlines() if len(line.strip()) >= 16}
+    return {line.strip() for line in text.splitlines() if len(line.strip()) >= 6}
 
 
 def _hidden_lines(source_nb) -> set[str]:

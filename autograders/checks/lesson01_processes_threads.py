@@ -8,6 +8,7 @@ do not give the answer away.
 """
 
 from gpucourse.checks import Case
+from gpucourse.checks.lesson01 import observe_choices, observe_ranks  # same observations, stricter judges
 
 EXERCISES = {
     "test_parallel_map": "parallel_map",
@@ -117,24 +118,12 @@ def judge_dataset_everywhere(d):
 ACCEPTED = {"a": {"processes"}, "b": {"threads"}, "c": {"asyncio"}, "d": {"processes"}, "e": {"serial"}, "f": {"threads"}}
 
 
-def observe_choices_again(ns):
-    choices = ns["choices"]
-    if not isinstance(choices, dict):
-        return {}
-    return {str(k): str(v).strip().lower() for k, v in choices.items()}
-
-
 def judge_choices(d):
     wrong = sorted(k for k, ok in ACCEPTED.items() if d.get(k) not in ok)
     return f"reconsider {wrong}" if wrong else None
 
 
 # --- average_across_ranks (a 2-process script) ---------------------------------------------
-
-def observe_ranks_in_detail(ns):
-    from gpucourse.checks.ddp import run_exercise_script
-    return run_exercise_script(ns, "average_across_ranks", ["shard_indices", "average_across_ranks"])
-
 
 def judge_ranks_in_detail(d):
     if d["returncode"] != 0:
@@ -164,6 +153,6 @@ HIDDEN = {
         Case("empty input and unknown kinds", observe_empty_and_bad_kinds, judge_empty_and_bad_kinds),
     ],
     "lines_dataset": [Case("a longer file, bad indices and two workers", observe_dataset_everywhere, judge_dataset_everywhere)],
-    "choose_tools": [Case("the choices", observe_choices_again, judge_choices)],
-    "average_across_ranks": [Case("every rank: shards, average, world size", observe_ranks_in_detail, judge_ranks_in_detail)],
+    "choose_tools": [Case("the choices", observe_choices, judge_choices)],
+    "average_across_ranks": [Case("every rank: shards, average, world size", observe_ranks, judge_ranks_in_detail)],
 }

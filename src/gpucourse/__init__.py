@@ -4,6 +4,10 @@ One module per lesson, each named for what it holds:
 
 - ``gpucourse.preamble``: the setup every notebook runs first (seed, device, smoke setting).
 - ``gpucourse.parallel``: lesson 1, processes, threads and the GIL.
+- ``gpucourse.cuda`` and ``gpucourse.doctor``: lesson 2, CPU vs GPU, and CUDA (``python -m gpucourse doctor``).
+- ``gpucourse.tensor_cores``: lesson 3, Tensor Cores.
+- ``gpucourse.transfer``: lesson 5, moving data.
+- ``gpucourse.checks``: every exercise's public checks (``check("...")`` in the notebooks).
 """
 
 from gpucourse.preamble import Setup, setup, smoke_mode

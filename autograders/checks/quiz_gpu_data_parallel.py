@@ -1,0 +1,30 @@
+"""Hidden checks for the assessment quiz: the right letters, and a hint for a wrong one."""
+
+from gpucourse.checks import Case
+from gpucourse.checks.quiz import QUESTIONS, observe_answer
+
+EXERCISES = {f"test_{q}": q for q in QUESTIONS}
+
+KEY = {
+    "q1": ("b", "what happens to *this* coroutine, and to the event loop, at an await?"),
+    "q2": ("b", "does time.sleep ever give control back to the event loop?"),
+    "q3": ("b", "XRT and XRT_TPU_CONFIG were removed from PyTorch/XLA."),
+    "q4": ("b", "XLA compiles a graph for each new set of shapes."),
+    "q5": ("b", "tpu_cores= and gpus= were removed in Lightning 2.0."),
+    "q6": ("b", "compare x.shape and x.stride() before and after."),
+    "q7": ("b", "in NHWC the channel index changes fastest."),
+    "q8": ("a", "which function returns a number of devices?"),
+    "q9": ("b", "memory of tensors that are still alive is never freed by it."),
+    "q10": ("a", "nvidia-smi also counts the CUDA context and the allocator's cache."),
+}
+
+
+def _judge(question):
+    right, hint = KEY[question]
+
+    def judge(d):
+        return None if d.get(question) == right else f"not this one. Hint: {hint}"
+    return judge
+
+
+HIDDEN = {q: [Case(f"{q}: the answer", observe_answer, _judge(q))] for q in QUESTIONS}

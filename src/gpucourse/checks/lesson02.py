@@ -1,0 +1,66 @@
+"""Public checks for lesson 2 (CPU vs GPU, and CUDA). Observers are self-contained: see lesson01.py."""
+
+from __future__ import annotations
+
+from gpucourse.checks import Case, register
+
+
+# --- Exercise 1: device-agnostic code ------------------------------------------------------
+
+def observe_positions_cpu(ns):
+    import torch
+    x = torch.zeros(2, 4, 3)
+    out = ns["add_positions"](x)
+    return {"device": str(out.device), "dtype": str(out.dtype), "shape": list(out.shape),
+            "values": out[0, :, 0].tolist(), "input_untouched": bool((x == 0).all())}
+
+
+def _judge_positions_cpu(d):
+    if d["shape"] != [2, 4, 3] or d["dtype"] != "torch.float32":
+        return f"expected a float32 tensor of shape [2, 4, 3], got {d['dtype']} {d['shape']}"
+    if [round(v, 6) for v in d["values"]] != [0.0, 0.25, 0.5, 0.75]:
+        return f"position j of 4 should add j/4, got {d['values']}"
+    return None if d["input_untouched"] else "x was changed: return a new tensor"
+
+
+def observe_positions_meta(ns):
+    import torch
+    out = ns["add_positions"](torch.empty(2, 5, 3, device="meta", dtype=torch.float16))
+    return {"device": str(out.device), "dtype": str(out.dtype), "shape": list(out.shape)}
+
+
+register(
+    "add_positions",
+    Case("float32 on the CPU: values, shape, input untouched", observe_positions_cpu, _judge_positions_cpu),
+    Case("follows x to another device and dtype (meta, float16)", observe_positions_meta,
+         lambda d: None if d == {"device": "meta", "dtype": "torch.float16", "shape": [2, 5, 3]}
+         else f"expected meta/float16/[2, 5, 3], got {d['device']}/{d['dtype']}/{d['shape']}"),
+)
+
+
+# --- Exercise 2: a timing harness -----------------------------------------------------------
+
+def observe_measure(ns):
+    from gpucourse.cuda import AsyncDevice
+    device = AsyncDevice()
+    seconds = ns["measure"](lambda: device.launch(0.02), device.synchronize, warmup=2, repeats=5)
+    return {"seconds": float(seconds), "launches": device.launches}
+
+
+register("measure", Case("20 ms of asynchronous work per call measures as about 20 ms", observe_measure,
+                         lambda d: None if 0.012 <= d["seconds"] <= 0.05
+                         else f"measured {1000 * d['seconds']:.3f} ms per call for 20 ms of device work"))
+
+
+# --- Exercise 3: synchronization points ------------------------------------------------------
+
+def observe_sync_lines(ns):
+    lines = ns["sync_lines"]
+    if isinstance(lines, (str, bytes, dict)) or not hasattr(lines, "__iter__"):
+        return {"error": f"sync_lines is a {type(lines).__name__}; give a set of line numbers"}
+    return {"lines": sorted(int(n) for n in lines)}
+
+
+register("sync_lines", Case("a set of line numbers between 1 and 14", observe_sync_lines,
+                            lambda d: d.get("error") or (None if d["lines"] and all(1 <= n <= 14 for n in d["lines"])
+                                                         else f"line numbers must be 1..14, got {d['lines']}")))

@@ -1,0 +1,58 @@
+"""Public checks for lesson 3 (Tensor Cores). Observers are self-contained: see lesson01.py."""
+
+from __future__ import annotations
+
+from gpucourse.checks import Case, register
+
+
+def observe_pad_mlp(ns):
+    import torch
+    from torch import nn
+    from gpucourse.tensor_cores import example_mlp
+
+    torch.manual_seed(0)
+    model = example_mlp([15, 30, 20, 3]).double()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    padded = ns["pad_mlp"](model)
+    x = torch.randn(16, 15, dtype=torch.float64)
+    with torch.no_grad():
+        diff = (padded(x) - model(x)).abs().max().item()
+    return {"widths": [[m.in_features, m.out_features] for m in padded.modules() if isinstance(m, nn.Linear)],
+            "diff": diff, "unchanged": all(torch.equal(before[k], v) for k, v in model.state_dict().items())}
+
+
+def _judge_pad_mlp(d):
+    if d["widths"] != [[15, 32], [32, 24], [24, 3]]:
+        return f"widths 15-30-20-3 should become 15-32-24-3, got {d['widths']}"
+    if not d["diff"] < 1e-9:
+        return f"the padded model computes something else (max difference {d['diff']:.3g})"
+    return None if d["unchanged"] else "the original model was changed: build a new one"
+
+
+register("pad_mlp", Case("15-30-20-3 with ReLU: widths, same function, original untouched", observe_pad_mlp, _judge_pad_mlp))
+
+
+def observe_case_answers(ns):
+    from gpucourse.tensor_cores import CODES
+
+    answers = ns["case_answers"]
+    if not isinstance(answers, dict):
+        return {"error": f"case_answers is a {type(answers).__name__}, not a dict"}
+    out = {}
+    for case, codes in answers.items():
+        if isinstance(codes, (str, bytes)) or not hasattr(codes, "__iter__"):
+            return {"error": f"case {case!r}: give a set of codes, not a {type(codes).__name__}"}
+        out[str(case)] = sorted(str(c) for c in codes)
+    unknown = sorted({c for codes in out.values() for c in codes} - set(CODES))
+    return {"answers": out, "unknown": unknown}
+
+
+def _judge_case_form(d):
+    if "error" in d:
+        return d["error"]
+    if sorted(d["answers"]) != ["1", "2", "3"]:
+        return f"answer cases 1, 2 and 3, got {sorted(d['answers'])}"
+    return f"unknown codes {d['unknown']}: use the keys of CODES" if d["unknown"] else None
+
+
+register("case_answers", Case("cases 1-3, each a set of known codes", observe_case_answers, _judge_case_form))

@@ -1,0 +1,117 @@
+"""Public checks for lesson 5 (moving data). Observers are self-contained: see lesson01.py.
+
+``to_device`` is observed without a GPU: the observer records every ``Tensor.to``/``Tensor.cuda``
+call (device and ``non_blocking``) and answers "pinned" for the tensors it marked, since real pinning
+needs an NVIDIA driver.
+"""
+
+from __future__ import annotations
+
+from gpucourse.checks import Case, register
+
+
+def observe_to_device(ns):
+    import torch
+
+    pinned_ids, calls = set(), []
+    real_to, real_cuda, real_is_pinned = torch.Tensor.to, torch.Tensor.cuda, torch.Tensor.is_pinned
+
+    def fake_to(self, *args, **kwargs):
+        device = kwargs.get("device", args[0] if args else None)
+        blocking = kwargs.get("non_blocking", next((a for a in args[1:] if isinstance(a, bool)), False))
+        calls.append({"leaf": float(self.flatten()[0]) if self.numel() else None, "device": str(device), "non_blocking": bool(blocking)})
+        if str(device).startswith("cuda"):
+            return self.clone()  # stands in for the GPU copy
+        return real_to(self, *args, **{k: v for k, v in kwargs.items() if k != "non_blocking"})
+
+    def fake_cuda(self, device=None, non_blocking=False, **kwargs):
+        return fake_to(self, "cuda", non_blocking=non_blocking)
+
+    def fake_is_pinned(self, *args, **kwargs):
+        return id(self) in pinned_ids
+
+    batch = {"x": torch.full((2, 2), 1.0), "pair": (torch.full((3,), 2.0), torch.full((1,), 3.0)), "name": "b0", "index": 7}
+    for t in (batch["x"], batch["pair"][0]):
+        pinned_ids.add(id(t))
+    torch.Tensor.to, torch.Tensor.cuda, torch.Tensor.is_pinned = fake_to, fake_cuda, fake_is_pinned
+    try:
+        moved = ns["to_device"](batch, torch.device("cuda"))
+        to_gpu = list(calls)
+        calls.clear()
+        back = ns["to_device"]({"y": torch.full((2,), 4.0)}, torch.device("cpu"))
+        to_cpu = list(calls)
+    finally:
+        torch.Tensor.to, torch.Tensor.cuda, torch.Tensor.is_pinned = real_to, real_cuda, real_is_pinned
+    return {"gpu_calls": sorted(to_gpu, key=lambda c: c["leaf"] or 0), "cpu_calls": to_cpu,
+            "structure": {"type": type(moved).__name__, "keys": sorted(moved) if isinstance(moved, dict) else None,
+                          "pair_type": type(moved["pair"]).__name__ if isinstance(moved, dict) and "pair" in moved else None,
+                          "name": moved.get("name") if isinstance(moved, dict) else None,
+                          "index": moved.get("index") if isinstance(moved, dict) else None,
+                          "back_type": type(back).__name__}}
+
+
+def _judge_to_device(d):
+    s = d["structure"]
+    if s["type"] != "dict" or s["keys"] != ["index", "name", "pair", "x"] or s["pair_type"] != "tuple":
+        return f"the batch's structure changed: {s}"
+    if s["name"] != "b0" or s["index"] != 7:
+        return "values that are not tensors must come back unchanged"
+    flags = {c["leaf"]: c["non_blocking"] for c in d["gpu_calls"] if c["device"].startswith("cuda")}
+    if sorted(flags) != [1.0, 2.0, 3.0]:
+        return f"every tensor must be moved to the GPU once with .to(device, ...), saw {d['gpu_calls']}"
+    if flags != {1.0: True, 2.0: True, 3.0: False}:
+        return "non_blocking=True exactly for pinned tensors going to a CUDA device"
+    if any(c["non_blocking"] for c in d["cpu_calls"]):
+        return "a copy to the CPU must block: the values are read right after"
+    return None
+
+
+register("to_device", Case("a nested batch to CUDA (two pinned tensors, one not) and back", observe_to_device, _judge_to_device))
+
+
+def observe_channels_last(ns):
+    import torch
+    from torch import nn
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), nn.Conv2d(8, 4, 3)).eval()
+    images = torch.randn(2, 3, 10, 10)
+    with torch.no_grad():
+        expected = model(images)
+    new_model, new_images = ns["to_channels_last"](model, images)
+    with torch.no_grad():
+        out = new_model(new_images)
+    return {"images_nhwc": bool(new_images.is_contiguous(memory_format=torch.channels_last)),
+            "weights_nhwc": [bool(m.weight.is_contiguous(memory_format=torch.channels_last))
+                             for m in new_model.modules() if isinstance(m, nn.Conv2d)],
+            "shape": list(new_images.shape), "diff": float((out - expected).abs().max())}
+
+
+register("to_channels_last", Case("images and conv weights channels-last, same shapes and results", observe_channels_last,
+                                  lambda d: None if d["images_nhwc"] and all(d["weights_nhwc"]) and d["shape"] == [2, 3, 10, 10]
+                                  and d["diff"] < 1e-5 else f"got {d}"))
+
+
+def observe_loader_settings(ns):
+    settings = ns["loader_settings"]
+    if not isinstance(settings, dict):
+        return {"error": f"loader_settings is a {type(settings).__name__}, not a dict"}
+    out = {}
+    for key, value in settings.items():
+        if not isinstance(value, dict):
+            return {"error": f"scenario {key!r}: give a dict of settings"}
+        out[str(key)] = {"pin_memory": bool(value.get("pin_memory")), "num_workers": int(value.get("num_workers", -1)),
+                         "persistent_workers": bool(value.get("persistent_workers"))}
+    return out
+
+
+def _judge_loader_form(d):
+    if "error" in d:
+        return d["error"]
+    if sorted(d) != ["a", "b", "c", "d"]:
+        return f"answer scenarios a-d, got {sorted(d)}"
+    bad = [k for k, v in d.items() if v["num_workers"] < 0 or (v["persistent_workers"] and v["num_workers"] == 0)]
+    return f"scenario(s) {bad}: num_workers >= 0, and persistent_workers needs workers" if bad else None
+
+
+register("loader_settings", Case("settings for scenarios a-d", observe_loader_settings, _judge_loader_form))
