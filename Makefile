@@ -37,9 +37,10 @@ ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root,)
 lab: install
 	$(BIN)/jupyter lab --ServerApp.root_dir="$(CURDIR)" --LabApp.default_url=/lab/tree/course $(ROOT_FLAG) $(LAB_ARGS)
 
-# GPUCOURSE_SMOKE=1 shrinks epochs and data in every notebook; the text stays the same.
+# GPUCOURSE_SMOKE=1 shrinks epochs and data in every notebook (the text stays the same);
+# GPUCOURSE_OFFLINE=1 writes a small CIFAR-10 instead of downloading it.
 test: install
-	GPUCOURSE_SMOKE=1 $(BIN)/python -m pytest $(PYTEST_ARGS)
+	GPUCOURSE_SMOKE=1 GPUCOURSE_OFFLINE=1 $(BIN)/python -m pytest $(PYTEST_ARGS)
 
 release: install
 	$(BIN)/python autograders/release.py

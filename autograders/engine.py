@@ -65,7 +65,7 @@ def _observer(case_id: str, case: public.Case) -> dict:
 
 def _env() -> dict[str, str]:
     return {"PATH": os.defpath, "HOME": "/tmp", "LANG": "C.UTF-8", "MPLBACKEND": "Agg", "PYTHONDONTWRITEBYTECODE": "1",
-            "GPUCOURSE_SMOKE": os.environ.get("GPUCOURSE_SMOKE", "1"), "OMP_NUM_THREADS": "1"}
+            "GPUCOURSE_SMOKE": os.environ.get("GPUCOURSE_SMOKE", "1"), "GPUCOURSE_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
 
 
 def _read_results(fd: int, sink: list[bytes]) -> None:

@@ -85,26 +85,29 @@ def _blocking_ancestor(path: Path) -> Path | None:
     return None
 
 
-def _reach(needed: list[Path]) -> list[str]:
-    """Shell lines that let ``nobody`` reach ``needed`` folders behind a closed ancestor.
+def _keep_reachable(needed: list[Path], masked: list[str]) -> tuple[list[str], list[str]]:
+    """Shell lines around the masking mounts so that ``nobody`` still reaches ``needed`` folders.
 
-    Each needed folder is kept on a bind mount, an empty tmpfs veils the closed ancestor (so its
-    other contents stay hidden), and the folder is bound back at its own path inside the veil.
-    Runs after /tmp became the namespace's own tmpfs.
+    A needed folder can disappear under the namespace's own /tmp (a checkout in /tmp), or sit
+    behind a folder others may not enter (a Python under /root). Before anything is masked, each
+    needed folder is bound aside on a scratch tmpfs; afterwards an empty tmpfs veils each closed
+    ancestor (its other contents stay hidden) and every folder is bound back at its own path.
+    Returns (lines to run before masking, lines to run after ``masked`` mounts are in place).
     """
-    lines, veiled = [], set()
+    before = ["mount -t tmpfs -o mode=0700 gpucourse-keep /dev/shm"]
+    after, veiled = [], set()
     for number, folder in enumerate(needed):
+        keep, path = f"/dev/shm/keep{number}", shlex.quote(str(folder))
+        before += [f"mkdir {keep}", f"mount --bind {path} {keep}"]
         ancestor = _blocking_ancestor(folder)
-        if ancestor is None:
-            continue
-        keep = f"/tmp/.keep{number}"
-        lines += [f"mkdir {keep}", f"mount --bind {shlex.quote(str(folder))} {keep}"]
-        if ancestor not in veiled:
-            lines.append(f"mount -t tmpfs -o mode=0755 gpucourse-veil {shlex.quote(str(ancestor))}")
+        if ancestor is not None and ancestor not in veiled:
+            after.append(f"mount -t tmpfs -o mode=0755 gpucourse-veil {shlex.quote(str(ancestor))}")
             veiled.add(ancestor)
-        lines += [f"mkdir -p {shlex.quote(str(folder))}", f"mount --bind {keep} {shlex.quote(str(folder))}",
-                  f"umount {keep}", f"rmdir {keep}"]
-    return lines
+        covered = ancestor is not None or any(str(folder).startswith(m.rstrip("/") + "/") for m in masked)
+        if covered:
+            after += [f"mkdir -p {path}", f"mount --bind {keep} {path}"]
+        after.append(f"umount {keep}")
+    return before, after
 
 
 def _needed_folders() -> list[Path]:
@@ -123,8 +126,10 @@ def _isolated_command(command: list[str], workdir: Path, hide: list[Path], limit
     """
     # Bind the work folder first: the tmpfs mounts below may cover the folder it lives in.
     script = ["set -e", "mount --make-rprivate /", f"mount --bind {shlex.quote(str(workdir))} /mnt", "ip link set lo up"]
+    keep, restore = _keep_reachable(_needed_folders(), masked=["/tmp"])
+    script += keep
     script.append("mount -t tmpfs -o mode=1777 gpucourse-tmp /tmp")
-    script += _reach(_needed_folders())
+    script += restore
     for path in hide:  # a folder under /tmp is gone already: the namespace has its own /tmp
         quoted = shlex.quote(str(path))
         script.append(f"[ ! -d {quoted} ] || mount -t tmpfs -o size=1m,mode=0755 gpucourse-hidden {quoted}")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -13,6 +14,7 @@ COURSE = ROOT / "course"
 AUTOGRADERS = ROOT / "autograders"
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 
+os.environ.setdefault("GPUCOURSE_OFFLINE", "1")  # never download a dataset in tests; kernels inherit this
 sys.path.insert(0, str(AUTOGRADERS))  # release.py, grade.py and course.py are scripts, not a package
 
 

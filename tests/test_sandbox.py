@@ -150,13 +150,31 @@ def test_hidden_folders_and_environment(tmp_path, monkeypatch):
         import os
         print("exists:", os.path.exists({str(secret / 'hidden_tests.py')!r}))
         print("env:", os.environ.get("GPUCOURSE_GRADER_SECRET"))
-        print("tmp:", os.listdir("/tmp"))
+        print("tmp:", sorted(os.listdir("/tmp")))
     """
     out = _run(tmp_path, code, isolate=True, hide=[secret], env={"PATH": os.defpath})
-    assert "exists: False" in out.output and "env: None" in out.output and "tmp: []" in out.output
+    assert "exists: False" in out.output and "env: None" in out.output
+    # the namespace's /tmp is empty but for the way to the interpreter, when a checkout lives in /tmp
+    assert "pytest-of" not in out.output and str(tmp_path.parts[2]) not in out.output.split("tmp:")[1]
 
 
 def test_environment_is_scrubbed_without_isolation(tmp_path, monkeypatch):
     monkeypatch.setenv("GPUCOURSE_GRADER_SECRET", "do-not-leak")
     out = _run(tmp_path, "import os; print(os.environ.get('GPUCOURSE_GRADER_SECRET'))", isolate=False)
     assert out.output.strip() == "None"
+
+
+def test_needed_folders_under_masked_or_closed_paths_are_bound_back(tmp_path):
+    """A checkout in /tmp (masked by the namespace's own /tmp) or a Python under /root (closed to
+    others) must stay reachable; a folder that is neither is left alone."""
+    closed = tmp_path / "closed"
+    (closed / "python").mkdir(parents=True)
+    closed.chmod(0o700)
+    before, after = sandbox._keep_reachable([Path("/tmp/checkout/.venv"), closed / "python", Path("/usr/lib")], masked=["/tmp"])
+    assert "mount --bind /tmp/checkout/.venv /dev/shm/keep0" in before
+    assert "mount --bind /dev/shm/keep0 /tmp/checkout/.venv" in after
+    ancestor = sandbox._blocking_ancestor(closed / "python")
+    assert ancestor is not None and (closed / "python").is_relative_to(ancestor)
+    assert f"mount -t tmpfs -o mode=0755 gpucourse-veil {ancestor}" in after
+    assert f"mount --bind /dev/shm/keep1 {closed / 'python'}" in after
+    assert not any("keep2 /usr/lib" in line for line in after) and "umount /dev/shm/keep2" in after

@@ -6,6 +6,7 @@ One module per lesson, each named for what it holds:
 - ``gpucourse.parallel``: lesson 1, processes, threads and the GIL.
 - ``gpucourse.cuda`` and ``gpucourse.doctor``: lesson 2, CPU vs GPU, and CUDA (``python -m gpucourse doctor``).
 - ``gpucourse.tensor_cores``: lesson 3, Tensor Cores.
+- ``gpucourse.amp``: lesson 4, automatic mixed precision (CIFAR-10 offline, the data module drop-in).
 - ``gpucourse.transfer``: lesson 5, moving data.
 - ``gpucourse.checks``: every exercise's public checks (``check("...")`` in the notebooks).
 """

@@ -19,7 +19,7 @@ import sys
 from dataclasses import dataclass
 from typing import Any, Callable
 
-LESSONS = ("gpucourse.checks.lesson01", "gpucourse.checks.lesson02", "gpucourse.checks.lesson03", "gpucourse.checks.lesson05", "gpucourse.checks.quiz")  # modules that register public cases
+LESSONS = ("gpucourse.checks.lesson01", "gpucourse.checks.lesson02", "gpucourse.checks.lesson03", "gpucourse.checks.lesson04", "gpucourse.checks.lesson05", "gpucourse.checks.quiz")  # modules that register public cases
 
 
 @dataclass(frozen=True)

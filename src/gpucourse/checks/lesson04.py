@@ -1,0 +1,103 @@
+"""Public checks for lesson 4 (automatic mixed precision). Observers are self-contained: see lesson01.py.
+
+The training loop is graded on behaviour: the observer hands it a model, an optimizer and a
+GradScaler that record what happens to them (forward under autocast or not, backward under autocast
+or not, scale/step/update/zero_grad in which order) and the losses it saw.
+"""
+
+from __future__ import annotations
+
+from gpucourse.checks import Case, register
+
+
+def observe_training(ns):
+    import torch
+    from torch import nn
+
+    events = []
+
+    class Recorded(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.net = nn.Sequential(nn.Flatten(), nn.Linear(3 * 8 * 8, 16), nn.ReLU(), nn.Linear(16, 4))
+
+        def forward(self, x):
+            events.append(("forward", torch.is_autocast_enabled("cpu"), torch.is_grad_enabled()))
+            out = self.net(x)
+            if out.requires_grad:
+                out.register_hook(lambda g: events.append(("backward", torch.is_autocast_enabled("cpu"))))
+            return out
+
+    class RecordedSGD(torch.optim.SGD):
+        def step(self, closure=None):
+            events.append(("optimizer.step",))
+            return super().step(closure)
+
+        def zero_grad(self, set_to_none=True):
+            events.append(("zero_grad",))
+            return super().zero_grad(set_to_none)
+
+    class RecordedScaler(torch.amp.GradScaler):
+        def scale(self, outputs):
+            events.append(("scale", float(outputs.detach().float())))
+            return super().scale(outputs)
+
+        inside_step = False
+
+        def unscale_(self, optimizer):
+            if not self.inside_step:  # GradScaler.step unscales by itself; only the student's calls count
+                events.append(("unscale_",))
+            return super().unscale_(optimizer)
+
+        def step(self, optimizer, *args, **kwargs):
+            events.append(("scaler.step",))
+            self.inside_step = True
+            try:
+                return super().step(optimizer, *args, **kwargs)
+            finally:
+                self.inside_step = False
+
+        def update(self, new_scale=None):
+            events.append(("update",))
+            return super().update(new_scale)
+
+    torch.manual_seed(0)
+    centres = torch.randn(4, 3, 8, 8) * 2
+    labels = torch.arange(64) % 4
+    images = centres[labels] + 0.3 * torch.randn(64, 3, 8, 8)
+    loader = [(images[i:i + 16], labels[i:i + 16]) for i in range(0, 64, 16)]
+    model = Recorded()
+    optimizer = RecordedSGD(model.parameters(), lr=0.1)
+    scaler = RecordedScaler("cpu", enabled=True)  # float16 on the CPU: a real loss scale
+    losses = [float(ns["train_epoch"](model, loader, optimizer, scaler, "cpu", torch.float16)) for _ in range(3)]
+    training = list(events)
+    events.clear()
+    accuracy = float(ns["evaluate"](model, loader, "cpu", torch.float16))
+    with torch.no_grad():
+        correct = sum(int((model.net(x).argmax(1) == y).sum()) for x, y in loader)
+    return {"losses": losses, "events": training, "eval_events": list(events), "accuracy": accuracy,
+            "expected_accuracy": correct / 64, "batches": len(loader)}
+
+
+def _judge_autocast_and_loss(d):
+    forwards = [e for e in d["events"] if e[0] == "forward"]
+    backwards = [e for e in d["events"] if e[0] == "backward"]
+    if not forwards or not all(e[1] for e in forwards):
+        return "the forward pass (model and loss) must run under torch.autocast"
+    if not backwards or any(e[1] for e in backwards):
+        return "backward must run outside autocast"
+    if sum(e[0] == "scale" for e in d["events"]) != 3 * d["batches"]:
+        return "every batch's loss goes through scaler.scale(loss) before backward"
+    return None if d["losses"][-1] < d["losses"][0] else f"the loss did not go down over 3 epochs: {d['losses']}"
+
+
+def _judge_evaluate(d):
+    forwards = [e for e in d["eval_events"] if e[0] == "forward"]
+    if not forwards or not all(e[1] and not e[2] for e in forwards):
+        return "evaluate: forward under autocast and without gradients (torch.no_grad or inference_mode)"
+    return None if abs(d["accuracy"] - d["expected_accuracy"]) <= 1 / 64 else f"accuracy {d['accuracy']} is not the fraction of correct predictions"
+
+
+register("train_epoch",
+         Case("autocast around the forward, scaled backward outside it, loss going down", observe_training, _judge_autocast_and_loss),
+         Case("evaluate under autocast and no_grad, returning accuracy", observe_training, _judge_evaluate))
