@@ -37,7 +37,7 @@ class Plan:
     readable: bool = True
 
 
-def _meta(cell: dict) -> dict:
+def nbgrader_meta(cell: dict) -> dict:
     meta = cell.get("metadata") if isinstance(cell, dict) else None
     nbgrader = meta.get("nbgrader") if isinstance(meta, dict) else None
     return nbgrader if isinstance(nbgrader, dict) else {}
@@ -70,7 +70,7 @@ def read_submission(path: Path) -> tuple[dict | None, list[str]]:
 
 
 def _answer(student_cells: list[dict], template_cell: dict, grade_id: str, flags: list[str]) -> str | None:
-    matches = [c for c in student_cells if isinstance(c, dict) and _meta(c).get("grade_id") == grade_id]
+    matches = [c for c in student_cells if isinstance(c, dict) and nbgrader_meta(c).get("grade_id") == grade_id]
     if not matches and template_cell.get("id"):
         matches = [c for c in student_cells if isinstance(c, dict) and c.get("id") == template_cell["id"]]
         if matches:
@@ -91,11 +91,11 @@ def _tampering(student_cells: list[dict], template_cells: list[dict], flags: lis
     """Locked and test cells come from the release anyway; say when the submission changed them."""
     theirs = {}
     for cell in student_cells:
-        if isinstance(cell, dict) and _meta(cell).get("grade_id"):
-            theirs.setdefault(_meta(cell)["grade_id"], []).append(cell)
-    order = [g for g in (_meta(c).get("grade_id") for c in student_cells if isinstance(c, dict)) if g]
+        if isinstance(cell, dict) and nbgrader_meta(cell).get("grade_id"):
+            theirs.setdefault(nbgrader_meta(cell)["grade_id"], []).append(cell)
+    order = [g for g in (nbgrader_meta(c).get("grade_id") for c in student_cells if isinstance(c, dict)) if g]
     for cell in template_cells:
-        meta = _meta(cell)
+        meta = nbgrader_meta(cell)
         grade_id = meta.get("grade_id")
         if not grade_id or meta.get("solution"):
             continue
@@ -106,12 +106,12 @@ def _tampering(student_cells: list[dict], template_cells: list[dict], flags: lis
             flags.append(f"locked cell {grade_id}: duplicated (the released one was used)")
         elif _source(found[0]) != _source(cell) or found[0].get("cell_type") != cell["cell_type"]:
             flags.append(f"locked cell {grade_id}: changed (the released one was used)")
-        elif _meta(found[0]).get("points") != meta.get("points") or _meta(found[0]).get("schema_version") != meta.get("schema_version"):
+        elif nbgrader_meta(found[0]).get("points") != meta.get("points") or nbgrader_meta(found[0]).get("schema_version") != meta.get("schema_version"):
             flags.append(f"locked cell {grade_id}: nbgrader metadata changed (the released one was used)")
-    known = {_meta(c).get("grade_id") for c in template_cells}
+    known = {nbgrader_meta(c).get("grade_id") for c in template_cells}
     for extra in sorted(set(theirs) - known):
         flags.append(f"cell {extra}: not in the released notebook (ignored)")
-    released_order = [g for g in (_meta(c).get("grade_id") for c in template_cells) if g and g in theirs]
+    released_order = [g for g in (nbgrader_meta(c).get("grade_id") for c in template_cells) if g and g in theirs]
     if [g for g in order if g in released_order] != released_order and all(len(v) == 1 for v in theirs.values()):
         flags.append("cells were reordered (the released order was used)")
 
@@ -132,7 +132,7 @@ def plan(released: dict, submission: dict | None, read_flags: list[str] = ()) ->
     if submission:
         _tampering(student_cells, released["cells"], result.flags)
     for index, cell in enumerate(released["cells"]):
-        meta = _meta(cell)
+        meta = nbgrader_meta(cell)
         grade_id = meta.get("grade_id")
         if meta.get("solution"):
             answer = _answer(student_cells, cell, grade_id, result.flags) if submission else None

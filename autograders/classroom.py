@@ -11,13 +11,10 @@ import json
 import shutil
 from pathlib import Path
 
+from assemble import nbgrader_meta
 from course import COURSE, ROOT, SOLUTIONS
 
 FIXTURES = ROOT / "tests" / "fixtures"
-
-
-def _meta(cell: dict) -> dict:
-    return cell.get("metadata", {}).get("nbgrader", {})
 
 
 def fixtures() -> list[tuple[str, str, str, Path]]:
@@ -31,7 +28,7 @@ def fixtures() -> list[tuple[str, str, str, Path]]:
 
 
 def auto_graded_cells(nb: dict) -> list[str]:
-    return [_meta(c)["grade_id"] for c in nb["cells"] if _meta(c).get("grade") and not _meta(c).get("solution")]
+    return [nbgrader_meta(c)["grade_id"] for c in nb["cells"] if nbgrader_meta(c).get("grade") and not nbgrader_meta(c).get("solution")]
 
 
 def build(folder: Path, limit: int | None = None) -> dict[tuple[str, str], dict[str, str]]:
@@ -49,7 +46,7 @@ def build(folder: Path, limit: int | None = None) -> dict[tuple[str, str], dict[
             if fixture_assignment != assignment:
                 continue
             nb = json.loads(released.read_text())
-            targets = [c for c in nb["cells"] if _meta(c).get("grade_id") == exercise]
+            targets = [c for c in nb["cells"] if nbgrader_meta(c).get("grade_id") == exercise]
             if len(targets) != 1:
                 raise ValueError(f"{released.name} has no solution cell {exercise!r} (fixture {path.name})")
             targets[0]["source"] = path.read_text()

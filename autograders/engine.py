@@ -7,7 +7,6 @@ pipe of its own and nothing else; a line that is not JSON, or any record after t
 
 from __future__ import annotations
 
-import copy
 import importlib.util
 import inspect
 import json
@@ -113,8 +112,8 @@ def grade_submission(work: Path, student: str, assignment: str, released_path: P
     plan = assemble.plan(released, submission, read_flags)
     graded.flags, graded.answers = plan.flags, plan.answers
 
-    tests = {assemble._meta(c)["grade_id"]: float(assemble._meta(c).get("points", 0)) for c in released["cells"]
-             if assemble._meta(c).get("grade") and not assemble._meta(c).get("solution")}
+    tests = {assemble.nbgrader_meta(c)["grade_id"]: float(assemble.nbgrader_meta(c).get("points", 0)) for c in released["cells"]
+             if assemble.nbgrader_meta(c).get("grade") and not assemble.nbgrader_meta(c).get("solution")}
     graded.max_scores = tests
     unknown = sorted(set(tests) - set(checks.EXERCISES))
     if unknown:

@@ -19,14 +19,14 @@ from nbgrader.api import Gradebook, MissingEntry
 from nbgrader.utils import compute_checksum
 from nbformat import from_dict
 
-from assemble import _meta
+from assemble import nbgrader_meta
 from engine import Graded
 
 
 def autograded_notebook(released: dict, graded: Graded) -> dict:
     nb = copy.deepcopy(released)
     for index, cell in enumerate(nb["cells"]):
-        meta = _meta(cell)
+        meta = nbgrader_meta(cell)
         grade_id = meta.get("grade_id")
         if meta.get("solution") and graded.answers.get(grade_id) is not None:
             cell["source"] = graded.answers[grade_id]
@@ -65,7 +65,7 @@ def write(work: Path, released_path: Path, graded: Graded, logs: Path) -> None:
         except MissingEntry:
             gb.add_submission(graded.assignment, graded.student)
         for cell in released["cells"]:
-            meta = _meta(cell)
+            meta = nbgrader_meta(cell)
             if not meta.get("grade"):
                 continue
             grade = gb.find_grade(meta["grade_id"], graded.notebook, graded.assignment, graded.student)

@@ -1,0 +1,64 @@
+"""gpucourse.amp (lesson 4's helpers): offline CIFAR-10 in the real format, the data module drop-in."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import pickle
+
+import pytest
+import torch
+from torch import nn
+
+from gpucourse import amp
+
+
+def test_generated_cifar10_has_the_real_layout(tmp_path):
+    folder = amp.write_cifar10(tmp_path, per_batch=4, test=3)
+    names = sorted(p.name for p in folder.iterdir())
+    assert names == sorted(["batches.meta", "data_batch_1", "data_batch_2", "data_batch_3", "data_batch_4",
+                            "data_batch_5", "test_batch", amp.MANIFEST])
+    with open(folder / "data_batch_1", "rb") as handle:
+        batch = pickle.load(handle, encoding="latin1")
+    assert batch["data"].shape == (4, 3072) and str(batch["data"].dtype) == "uint8" and len(batch["labels"]) == 4
+    manifest = json.loads((folder / amp.MANIFEST).read_text())
+    assert manifest["test_batch"] == hashlib.md5((folder / "test_batch").read_bytes()).hexdigest()
+    with pytest.raises(ValueError):
+        amp.write_cifar10(tmp_path, per_batch=0)
+
+
+def test_torchvision_reads_it_and_still_checks_integrity(tmp_path):
+    folder = amp.write_cifar10(tmp_path, per_batch=4, test=3)
+    train, test = amp.OfflineCIFAR10(tmp_path, train=True), amp.OfflineCIFAR10(tmp_path, train=False)
+    assert (len(train), len(test)) == (20, 3) and train.classes == amp.LABELS
+    image, label = train[0]
+    assert image.size == (32, 32) and 0 <= label < 10
+    (folder / "test_batch").write_bytes(b"corrupted")
+    with pytest.raises(RuntimeError, match="corrupted"):
+        amp.OfflineCIFAR10(tmp_path, train=False)
+
+
+def test_data_module_has_pl_bolts_constructor_and_splits(tmp_path, monkeypatch):
+    monkeypatch.setenv(amp.OFFLINE_ENV, "1")
+    dm = amp.CIFAR10DataModule(data_dir=str(tmp_path), shuffle=True, num_workers=0, normalize=True, batch_size=8, val_split=0.2)
+    dm.prepare_data()
+    dm.setup()
+    assert dm.generated and (len(dm.dataset_train), len(dm.dataset_val), len(dm.dataset_test)) == (400, 100, 100)
+    images, labels = next(iter(dm.train_dataloader()))
+    assert images.shape == (8, 3, 32, 32) and labels.shape == (8,)
+    assert abs(float(images.mean())) < 2  # normalized
+    with pytest.raises(ValueError, match="leaves no training data"):
+        amp.CIFAR10DataModule(data_dir=str(tmp_path), val_split=5000).setup()
+
+
+def test_formats_and_autocast_table():
+    rows = {r["dtype"]: r for r in amp.format_table()}
+    assert rows["float16"]["max"] == 65504 and rows["bfloat16"]["exponent_bits"] == rows["float32"]["exponent_bits"]
+    table = amp.autocast_dtypes("cpu", torch.bfloat16)
+    assert table["nn.Linear"] == "bfloat16" and table["cross_entropy"] == "float32"
+
+
+@pytest.mark.parametrize("dtype", [None, torch.bfloat16, torch.float16])
+def test_train_step_timing(dtype):
+    model = nn.Sequential(nn.Flatten(), nn.Linear(12, 3))
+    assert amp.train_step_seconds(model, torch.randn(4, 3, 2, 2), torch.tensor([0, 1, 2, 0]), dtype, steps=1) > 0
