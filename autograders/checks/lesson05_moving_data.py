@@ -9,20 +9,9 @@ EXERCISES = {"test_to_device": "to_device", "test_to_channels_last": "to_channel
 
 def observe_to_device_shapes(ns):
     import torch
+    from gpucourse.checks.lesson05 import recording_moves
 
-    pinned_ids, calls = set(), []
-    real_to, real_cuda, real_is_pinned = torch.Tensor.to, torch.Tensor.cuda, torch.Tensor.is_pinned
-
-    def fake_to(self, *args, **kwargs):
-        device = kwargs.get("device", args[0] if args else None)
-        blocking = kwargs.get("non_blocking", next((a for a in args[1:] if isinstance(a, bool)), False))
-        calls.append({"leaf": float(self.flatten()[0]), "device": str(device), "non_blocking": bool(blocking)})
-        return self.clone() if str(device).startswith("cuda") else real_to(self, *args, **{k: v for k, v in kwargs.items() if k != "non_blocking"})
-
-    torch.Tensor.to = fake_to
-    torch.Tensor.cuda = lambda self, device=None, non_blocking=False, **k: fake_to(self, "cuda", non_blocking=non_blocking)
-    torch.Tensor.is_pinned = lambda self, *a, **k: id(self) in pinned_ids
-    try:
+    with recording_moves() as (pinned_ids, calls):
         nested = [torch.full((1,), 1.0), [torch.full((1,), 2.0), (torch.full((1,), 3.0),)]]
         pinned_ids.add(id(nested[1][0]))
         moved = ns["to_device"](nested, "cuda:0")
@@ -33,8 +22,6 @@ def observe_to_device_shapes(ns):
         pinned_ids.add(id(single))
         ns["to_device"](single, torch.device("cuda"))
         result["single"] = list(calls)
-    finally:
-        torch.Tensor.to, torch.Tensor.cuda, torch.Tensor.is_pinned = real_to, real_cuda, real_is_pinned
     return result
 
 

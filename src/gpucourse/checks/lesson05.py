@@ -7,10 +7,18 @@ needs an NVIDIA driver.
 
 from __future__ import annotations
 
+import contextlib
+
 from gpucourse.checks import Case, register
 
 
-def observe_to_device(ns):
+@contextlib.contextmanager
+def recording_moves():
+    """Record every ``Tensor.to``/``Tensor.cuda`` call; "cuda" copies are stood in for by clones.
+
+    Yields ``(pinned_ids, calls)``: put ``id(t)`` in ``pinned_ids`` to make ``t.is_pinned()`` true;
+    ``calls`` collects ``{"leaf", "device", "non_blocking"}`` (leaf: the tensor's first value).
+    """
     import torch
 
     pinned_ids, calls = set(), []
@@ -19,29 +27,33 @@ def observe_to_device(ns):
     def fake_to(self, *args, **kwargs):
         device = kwargs.get("device", args[0] if args else None)
         blocking = kwargs.get("non_blocking", next((a for a in args[1:] if isinstance(a, bool)), False))
-        calls.append({"leaf": float(self.flatten()[0]) if self.numel() else None, "device": str(device), "non_blocking": bool(blocking)})
+        calls.append({"leaf": float(self.flatten()[0]) if self.numel() else None, "device": str(device),
+                      "non_blocking": bool(blocking)})
         if str(device).startswith("cuda"):
-            return self.clone()  # stands in for the GPU copy
+            return self.clone()
         return real_to(self, *args, **{k: v for k, v in kwargs.items() if k != "non_blocking"})
 
-    def fake_cuda(self, device=None, non_blocking=False, **kwargs):
-        return fake_to(self, "cuda", non_blocking=non_blocking)
+    torch.Tensor.to = fake_to
+    torch.Tensor.cuda = lambda self, device=None, non_blocking=False, **k: fake_to(self, "cuda", non_blocking=non_blocking)
+    torch.Tensor.is_pinned = lambda self, *a, **k: id(self) in pinned_ids
+    try:
+        yield pinned_ids, calls
+    finally:
+        torch.Tensor.to, torch.Tensor.cuda, torch.Tensor.is_pinned = real_to, real_cuda, real_is_pinned
 
-    def fake_is_pinned(self, *args, **kwargs):
-        return id(self) in pinned_ids
+
+def observe_to_device(ns):
+    import torch
+    from gpucourse.checks.lesson05 import recording_moves
 
     batch = {"x": torch.full((2, 2), 1.0), "pair": (torch.full((3,), 2.0), torch.full((1,), 3.0)), "name": "b0", "index": 7}
-    for t in (batch["x"], batch["pair"][0]):
-        pinned_ids.add(id(t))
-    torch.Tensor.to, torch.Tensor.cuda, torch.Tensor.is_pinned = fake_to, fake_cuda, fake_is_pinned
-    try:
+    with recording_moves() as (pinned_ids, calls):
+        pinned_ids.update({id(batch["x"]), id(batch["pair"][0])})
         moved = ns["to_device"](batch, torch.device("cuda"))
         to_gpu = list(calls)
         calls.clear()
         back = ns["to_device"]({"y": torch.full((2,), 4.0)}, torch.device("cpu"))
         to_cpu = list(calls)
-    finally:
-        torch.Tensor.to, torch.Tensor.cuda, torch.Tensor.is_pinned = real_to, real_cuda, real_is_pinned
     return {"gpu_calls": sorted(to_gpu, key=lambda c: c["leaf"] or 0), "cpu_calls": to_cpu,
             "structure": {"type": type(moved).__name__, "keys": sorted(moved) if isinstance(moved, dict) else None,
                           "pair_type": type(moved["pair"]).__name__ if isinstance(moved, dict) and "pair" in moved else None,
