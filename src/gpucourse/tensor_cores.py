@@ -96,12 +96,11 @@ def example_mlp(widths: list[int], activation: type[nn.Module] = nn.ReLU) -> nn.
 def tf32_settings() -> dict[str, Any]:
     """How float32 matrix products and convolutions run on this torch (only Ampere+ GPUs use TF32)."""
     settings = {"torch.get_float32_matmul_precision()": torch.get_float32_matmul_precision()}
-    for name in ("torch.backends.fp32_precision", "torch.backends.cuda.matmul.fp32_precision",
-                 "torch.backends.cudnn.conv.fp32_precision"):
-        owner, _, attribute = name.rpartition(".")
-        target = eval(owner, {"torch": torch})  # noqa: S307 - fixed names above
-        if hasattr(target, attribute):
-            settings[name] = getattr(target, attribute)
+    owners = {"torch.backends": torch.backends, "torch.backends.cuda.matmul": torch.backends.cuda.matmul,
+              "torch.backends.cudnn.conv": getattr(torch.backends.cudnn, "conv", None)}
+    for owner, target in owners.items():
+        if hasattr(target, "fp32_precision"):  # the PyTorch 2.9+ API
+            settings[f"{owner}.fp32_precision"] = target.fp32_precision
     return settings
 
 
