@@ -1,8 +1,11 @@
 """A class of submissions built from the course's own material, for tests and benchmarks.
 
 Students: ``reference`` (the solution notebook), ``unanswered`` (the release as handed out), and
-one student per answer fixture in ``tests/fixtures/<assignment>/{wrong,right}/<exercise>__<name>.py``:
-the release with that one answer cell filled in. ``expected`` says what each should score.
+the answer fixtures in ``tests/fixtures/<assignment>/{wrong,right}/<exercise>__<name>.py``, packed:
+student ``wrong-1`` answers every exercise with its first wrong fixture, ``wrong-2`` with its second,
+and so on (``right-N`` likewise), so a class needs as many students as the longest list of fixtures,
+not one per fixture; each answer cell is still judged on its own. ``packed=False`` (``--one-per-fixture``)
+gives one student per fixture instead, named after it. ``expected`` says what each should score.
 """
 
 from __future__ import annotations
@@ -31,10 +34,22 @@ def auto_graded_cells(nb: dict) -> list[str]:
     return [nbgrader_meta(c)["grade_id"] for c in nb["cells"] if nbgrader_meta(c).get("grade") and not nbgrader_meta(c).get("solution")]
 
 
-def build(folder: Path, limit: int | None = None) -> dict[tuple[str, str], dict[str, str]]:
-    """Write the class into ``folder``; returns {(student, assignment): {test cell: "full" | "zero"}}."""
+fixture_names: dict[tuple[str, str], list[str]] = {}  # what the last build put in each submission
+
+
+def build(folder: Path, limit: int | None = None, only: str | None = None,
+          packed: bool = True) -> dict[tuple[str, str], dict[str, str]]:
+    """Write the class into ``folder``; returns {(student, assignment): {test cell: "full" | "zero"}}.
+
+    ``only``: one assignment's students (while writing a lesson's fixtures); ``limit``: the first few.
+    """
     expected = {}
-    for source in sorted(SOLUTIONS.glob("*/*.ipynb")):
+    sources = sorted(SOLUTIONS.glob("*/*.ipynb"))
+    if only is not None:
+        sources = [s for s in sources if s.parent.name == only]
+        if not sources:
+            raise SystemExit(f"no assignment {only!r} in {SOLUTIONS}")
+    for source in sources:
         assignment = source.parent.name
         released = COURSE / assignment / source.name
         cells = auto_graded_cells(json.loads(source.read_text()))
@@ -42,18 +57,29 @@ def build(folder: Path, limit: int | None = None) -> dict[tuple[str, str], dict[
         shutil.copytree(released.parent, folder / "unanswered" / assignment)
         expected[("reference", assignment)] = {c: "full" for c in cells}
         expected[("unanswered", assignment)] = {c: "zero" for c in cells}
+        packs: dict[tuple[str, int], list[tuple[str, Path]]] = {}  # (student, assignment) -> answers
+        counters: dict[tuple[str, str], int] = {}
         for fixture_assignment, kind, exercise, path in fixtures():
             if fixture_assignment != assignment:
                 continue
+            if packed:
+                index = counters[(kind, exercise)] = counters.get((kind, exercise), 0) + 1
+                student = f"{kind}-{index}"
+            else:
+                student = f"{kind}-{exercise}-{path.stem.split('__')[1]}"
+            packs.setdefault((kind, student), []).append((exercise, path))
+        for (kind, student), answers in sorted(packs.items()):
             nb = json.loads(released.read_text())
-            targets = [c for c in nb["cells"] if nbgrader_meta(c).get("grade_id") == exercise]
-            if len(targets) != 1:
-                raise ValueError(f"{released.name} has no solution cell {exercise!r} (fixture {path.name})")
-            targets[0]["source"] = path.read_text()
-            student = f"{kind}-{exercise}-{path.stem.split('__')[1]}"
+            for exercise, path in answers:
+                targets = [c for c in nb["cells"] if nbgrader_meta(c).get("grade_id") == exercise]
+                if len(targets) != 1:
+                    raise ValueError(f"{released.name} has no solution cell {exercise!r} (fixture {path.name})")
+                targets[0]["source"] = path.read_text()
             (folder / student / assignment).mkdir(parents=True)
             (folder / student / assignment / released.name).write_text(json.dumps(nb, indent=1))
-            expected[(student, assignment)] = {f"test_{exercise}": "zero" if kind == "wrong" else "full"}
+            expected[(student, assignment)] = {f"test_{exercise}": "zero" if kind == "wrong" else "full"
+                                               for exercise, _ in answers}
+            fixture_names[(student, assignment)] = [path.name for _, path in answers]
     if limit is not None:
         for student, assignment in list(expected)[limit:]:
             shutil.rmtree(folder / student / assignment)
@@ -61,3 +87,29 @@ def build(folder: Path, limit: int | None = None) -> dict[tuple[str, str], dict[
                 (folder / student).rmdir()
             del expected[(student, assignment)]
     return expected
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Write a class and print what each student should score: ``python autograders/classroom.py OUT [--only A]``.
+
+    Then ``make grade SUBMISSIONS=OUT RESULTS=...`` and compare with ``RESULTS/grades.csv`` and the logs.
+    """
+    import argparse
+
+    parser = argparse.ArgumentParser(description=main.__doc__)
+    parser.add_argument("folder", type=Path)
+    parser.add_argument("--only", help="one assignment")
+    parser.add_argument("--one-per-fixture", action="store_true", help="one student per fixture, named after it")
+    args = parser.parse_args(argv)
+    if args.folder.exists() and any(args.folder.iterdir()):
+        raise SystemExit(f"{args.folder} is not empty")
+    for (student, assignment), cells in build(args.folder, only=args.only, packed=not args.one_per_fixture).items():
+        print(student, assignment, " ".join(f"{cell}={want}" for cell, want in cells.items()),
+              "#", " ".join(fixture_names.get((student, assignment), [])))
+    return 0
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.exit(main())

@@ -61,6 +61,23 @@ def test_script_exercise_is_not_launched_without_its_functions():
     assert result["returncode"] == "not run" and "shard_indices" in result["tail"]
 
 
+def test_script_exercise_is_not_launched_while_unanswered():
+    placeholder = "def average_gradients(model):\n    \"\"\"doc\"\"\"\n    # YOUR CODE HERE\n    raise NotImplementedError()\n"
+    ns = {"average_gradients": lambda model: None, "__exercise_sources__": {"average_gradients": placeholder}}
+    result = ddp.run_exercise_script(ns, "average_gradients", ["average_gradients"])
+    assert result == {"returncode": "not run", "ranks": {}, "tail": "not answered yet: average_gradients"}
+    answered = placeholder.replace("raise NotImplementedError()", "if model is None:\n        raise NotImplementedError()")
+    assert ddp.unanswered(answered, ["average_gradients"]) == []
+
+
+def test_script_source_comes_from_the_notebook_cells_that_define_it():
+    cell = "import torch\n\nclass Model:\n    pass\n\ndef make_trainer(n):\n    return n\n"
+    ns = {"In": ["", "x = 1", cell.replace("return n", "return 0"), cell, "check('x')"], "Model": object,
+          "make_trainer": print}
+    source = ddp.exercise_source(ns, "synced", ["Model", "make_trainer"])
+    assert source == ddp.HEADER + cell  # the latest cell defining both, once, with its imports
+
+
 def _run_runner(job: dict) -> list[dict]:
     read_end, write_end = os.pipe()
     proc = subprocess.Popen([sys.executable, "-m", "gpucourse.checks.runner", str(write_end)], stdin=subprocess.PIPE,

@@ -3,7 +3,8 @@
 - the solution notebooks score full marks on every auto-graded cell;
 - the released notebooks, unanswered, score 0 on every auto-graded cell;
 - each wrong-answer fixture scores 0 on its exercise, each alternative correct answer full marks
-  (one of them writes warnings to stderr, which must cost nothing);
+  (one of them writes warnings to stderr, which must cost nothing); fixtures of different exercises
+  share a submission (classroom.py packs them), each answer cell judged on its own;
 - a stray folder is reported, and does not stop the batch;
 - grades.csv, feedback and logs land in RESULTS, and one student can be regraded alone.
 """

@@ -164,5 +164,9 @@ def test_bench_quick_writes_the_report(tmp_path):
     assert bench.main(["--out", str(tmp_path), "--quick"]) == 0
     results = json.loads((tmp_path / "lesson01.json").read_text())
     assert {r["workload"] for r in results["speedups"]} == {"count_primes", "hash_rounds", "wait_io"}
-    assert "| `count_primes` |" in (tmp_path / "report.md").read_text()
+    report = (tmp_path / "report.md").read_text()
+    assert "| `count_primes` |" in report
     assert (tmp_path / "lesson01.png").stat().st_size > 0
+    ddp = json.loads((tmp_path / "lesson07.json").read_text())
+    assert set(ddp["runs"]) >= {"1", "2"} and all(r["identical_weights"] for r in ddp["runs"].values())
+    assert "| 2 | cpu (gloo) |" in report

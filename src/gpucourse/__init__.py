@@ -8,6 +8,12 @@ One module per lesson, each named for what it holds:
 - ``gpucourse.tensor_cores``: lesson 3, Tensor Cores.
 - ``gpucourse.amp``: lesson 4, automatic mixed precision (CIFAR-10 offline, the data module drop-in).
 - ``gpucourse.transfer``: lesson 5, moving data.
+- ``gpucourse.lightning_devices``: lesson 6, Lightning on many devices.
+- ``gpucourse.ddp_scripts``: lesson 7, DDP by hand and as a script (``torchrun ... -m gpucourse.ddp_scripts``).
+- ``gpucourse.xla``: lesson 8, TPUs and XLA (graph recompilation counted with ``torch.compile``).
+- ``gpucourse.forecasting`` and ``gpucourse.darts_ddp``: lesson 9, AirPassengers offline with Darts, and the
+  ``ddp_spawn`` script (``python -m gpucourse.darts_ddp``).
+- ``gpucourse.cluster``: lesson 10, beyond one machine (SLURM and torchrun launches).
 - ``gpucourse.checks``: every exercise's public checks (``check("...")`` in the notebooks).
 """
 

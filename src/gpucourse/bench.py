@@ -2,7 +2,9 @@
 
 Lesson 1 (processes, threads and the GIL): speedup against worker count for a GIL-holding,
 a GIL-releasing and a waiting workload, pool start-up per start method, and DataLoader
-throughput against ``num_workers``. Writes ``report.md``, ``lesson01.json`` and ``lesson01.png``.
+throughput against ``num_workers``. Lesson 7 (DDP as scripts): samples per second of the same
+DDP training script on 1 and 2 processes, and on every GPU when there are 2 or more. Writes
+``report.md``, ``lesson01.json``, ``lesson01.png`` and ``lesson07.json``.
 
     python -m gpucourse.bench --out bench/results [--quick]
 """
@@ -41,6 +43,32 @@ def lesson01(quick: bool) -> dict:
     }
 
 
+def lesson07(quick: bool) -> dict:
+    """``python -m gpucourse.ddp_scripts`` under torchrun: samples/s and ms/step per process count."""
+    import tempfile
+
+    import torch
+
+    from gpucourse import ddp_scripts as D
+
+    steps, per_rank, hidden = (8, 16, 32) if quick else (60, 256, 1024)
+    runs = {}
+    counts = [1, 2] + ([torch.cuda.device_count()] if torch.cuda.device_count() > 2 else [])
+    for nproc in counts:
+        with tempfile.TemporaryDirectory() as out:
+            launch = D.torchrun(["-m", "gpucourse.ddp_scripts", "--steps", str(steps), "--per-rank", str(per_rank),
+                                 "--hidden", str(hidden), "--out", out], nproc=nproc)
+            if launch.returncode != 0:
+                raise RuntimeError(f"the DDP script failed on {nproc} processes:\n{launch.output[-2000:]}")
+            reports = D.read_rank_reports(out)
+        runs[str(nproc)] = {"device": reports[0]["device"], "backend": reports[0]["backend"],
+                            "samples_per_second": reports[0]["samples_per_second"],
+                            "ms_per_step": 1000 * max(r["seconds_per_step"] for r in reports),
+                            "identical_weights": len({r["weights_checksum"] for r in reports}) == 1,
+                            "launch_seconds": launch.seconds}
+    return {"steps": steps, "per_rank": per_rank, "hidden": hidden, "runs": runs}
+
+
 def _best(rows: list[dict], workload: str, kind: str) -> dict:
     return max((r for r in rows if r["workload"] == workload and r["kind"] == kind), key=lambda r: r["speedup"])
 
@@ -72,6 +100,14 @@ def report(results: dict, seconds: float) -> str:
         f"{m} {ms:.0f} ms" for m, ms in results["pool_startup_ms"].items()), "",
         "DataLoader items/s by num_workers: " + ", ".join(
         f"{w}: {v:.0f}" for w, v in results["loader_items_per_s"].items()), ""]
+    if "lesson07" in results:
+        ddp = results["lesson07"]
+        lines += ["## Lesson 7: one DDP training script on N processes", "",
+                  f"TinyNet (hidden {ddp['hidden']}), {ddp['per_rank']} samples per process per step, {ddp['steps']} steps.", "",
+                  "| processes | device (backend) | samples/s | ms/step | identical weights |", "|---|---|---|---|---|"]
+        lines += [f"| {n} | {r['device']} ({r['backend']}) | {r['samples_per_second']:.0f} | {r['ms_per_step']:.1f} | "
+                  f"{'yes' if r['identical_weights'] else 'NO'} |" for n, r in ddp["runs"].items()]
+        lines.append("")
     return "\n".join(lines)
 
 
@@ -99,8 +135,10 @@ def main(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
     results = lesson01(args.quick)
-    seconds = time.perf_counter() - start
     (args.out / "lesson01.json").write_text(json.dumps(results, indent=2))
+    results["lesson07"] = lesson07(args.quick)
+    (args.out / "lesson07.json").write_text(json.dumps(results["lesson07"], indent=2))
+    seconds = time.perf_counter() - start
     plot(results, args.out / "lesson01.png")
     text = report(results, seconds)
     (args.out / "report.md").write_text(text)

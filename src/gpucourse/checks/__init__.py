@@ -19,7 +19,9 @@ import sys
 from dataclasses import dataclass
 from typing import Any, Callable
 
-LESSONS = ("gpucourse.checks.lesson01", "gpucourse.checks.lesson02", "gpucourse.checks.lesson03", "gpucourse.checks.lesson04", "gpucourse.checks.lesson05", "gpucourse.checks.quiz")  # modules that register public cases
+LESSONS = tuple(f"gpucourse.checks.{name}" for name in (  # modules that register public cases
+    "lesson01", "lesson02", "lesson03", "lesson04", "lesson05", "quiz",
+    "lesson06", "lesson07", "lesson08", "lesson09", "lesson10"))
 
 
 @dataclass(frozen=True)

@@ -1,14 +1,15 @@
 """Run a multi-process exercise the way real training runs: a script, launched by torchrun.
 
-Taught in lesson 1, exercise 5 (and used by the multi-GPU lessons). The student's exercise cell
-becomes ``student.py``; ``torchrun --standalone --nproc-per-node=2`` starts two ranks of
-``gpucourse.checks.ddp_harness`` (gloo on CPU, NCCL when there are GPUs) on a free port; every
-rank writes what it computed to ``rank<N>.json``; a judge then compares all ranks' files, not a
-line that rank 0 printed.
+Taught in lesson 1, exercise 5, and lesson 7 (multi-GPU exercises as scripts). The student's
+exercise cell becomes ``student.py``; ``torchrun --standalone --nproc-per-node=2`` starts two ranks
+of ``gpucourse.checks.ddp_harness`` (gloo on CPU, NCCL when there are GPUs) on a free port; each
+rank runs the exercise's *driver* on the student's code and writes what it found to
+``rank<N>.json``; a judge then compares all ranks' files, not a line that rank 0 printed.
 """
 
 from __future__ import annotations
 
+import ast
 import inspect
 import json
 import os
@@ -23,39 +24,83 @@ SCRIPT_TIMEOUT = 180  # seconds for the whole launch; collectives time out soone
 HEADER = "import os\nimport torch\nimport torch.distributed as dist\n\n"
 
 
+def _defined_names(source: str) -> set[str]:
+    try:
+        return {node.name for node in ast.parse(source).body
+                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
+    except SyntaxError:
+        return set()
+
+
 def exercise_source(ns: dict, exercise: str, names: list[str]) -> str:
-    """The exercise cell's source: given by the grader, or rebuilt from the functions in a notebook."""
+    """The exercise cell's source: given by the grader; in a notebook, the latest cells that define
+    ``names`` (IPython keeps them in ``In``: whole cells, so their imports come along); else the
+    definitions themselves (``inspect``, which cannot find classes defined in a notebook)."""
     given = ns.get("__exercise_sources__", {}).get(exercise)
     if given is not None:
         return given
+    history = ns.get("In")
+    if isinstance(history, list):
+        cells: list[str] = []
+        for name in names:
+            cell = next((c for c in reversed(history) if isinstance(c, str) and name in _defined_names(c)), None)
+            if cell is None:
+                break
+            if cell not in cells:
+                cells.append(cell)
+        else:
+            return HEADER + "\n\n".join(cells)
     return HEADER + "\n\n".join(inspect.getsource(ns[name]) for name in names)
 
 
-_LAUNCHED: dict[tuple[str, int], dict] = {}  # one launch per source: public and hidden cases share it
+def unanswered(source: str, names: list[str]) -> list[str]:
+    """The functions among ``names`` whose body is still the release's ``raise NotImplementedError``."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return []
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name in names:
+            body = [s for s in node.body if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))]
+            if len(body) == 1 and isinstance(body[0], ast.Raise) and "NotImplementedError" in ast.unparse(body[0]):
+                found.append(node.name)
+    return found
 
 
-def run_exercise_script(ns: dict, exercise: str, names: list[str], world_size: int = WORLD_SIZE) -> dict:
-    """Launch the exercise as a ``world_size``-process script; every rank's record, exit code, log tail."""
+DEFAULT_DRIVER = "gpucourse.checks.lesson01:drive_average_across_ranks"
+_LAUNCHED: dict[tuple[str, int, str], dict] = {}  # one launch per source: public and hidden cases share it
+
+
+def run_exercise_script(ns: dict, exercise: str, names: list[str], world_size: int = WORLD_SIZE,
+                        driver: str = DEFAULT_DRIVER) -> dict:
+    """Launch the exercise as a ``world_size``-process script; every rank's record, exit code, log tail.
+
+    ``driver`` ("module:function") is what each rank does with the student's code (see ddp_harness).
+    """
     missing = [name for name in names if not callable(ns.get(name))]
     if missing:
         return {"returncode": "not run", "ranks": {}, "tail": f"not defined: {', '.join(missing)}"}
     source = exercise_source(ns, exercise, names)
-    key = (source, world_size)
+    todo = unanswered(source, names)
+    if todo:  # launching two processes to meet a NotImplementedError costs seconds and says nothing
+        return {"returncode": "not run", "ranks": {}, "tail": f"not answered yet: {', '.join(todo)}"}
+    key = (source, world_size, driver)
     if key not in _LAUNCHED:
         try:
-            _LAUNCHED[key] = _launch(source, world_size)
+            _LAUNCHED[key] = _launch(source, world_size, driver)
         except BaseException:  # interrupted (a check's time ran out): never launch this source again
             _LAUNCHED[key] = {"returncode": "interrupted", "ranks": {}, "tail": "the launch was interrupted"}
             raise
     return _LAUNCHED[key]
 
 
-def _launch(source: str, world_size: int) -> dict:
+def _launch(source: str, world_size: int, driver: str) -> dict:
     with tempfile.TemporaryDirectory(prefix="gpucourse-ddp-") as folder:
         work = Path(folder)
         (work / "student.py").write_text(source)
         command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={world_size}",
-                   "-m", "gpucourse.checks.ddp_harness", str(work / "student.py"), str(work)]
+                   "-m", "gpucourse.checks.ddp_harness", str(work / "student.py"), str(work), driver]
         env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
         proc = subprocess.Popen(command, cwd=work, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                 start_new_session=True, text=True, errors="replace")

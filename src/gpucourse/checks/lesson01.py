@@ -96,6 +96,30 @@ register("choose_tools", Case("one known tool for each of a-f", observe_choices,
 
 # --- Exercise 5: processes that talk (run as a 2-process script) --------------------------
 
+def drive_average_across_ranks(ns):
+    """Each rank's part (run by ddp_harness under torchrun): shards for two sizes and one average."""
+    import torch
+    import torch.distributed as dist
+    from gpucourse.checks.ddp_harness import init_process_group
+
+    device = init_process_group()
+    rank, world = dist.get_rank(), dist.get_world_size()
+    shards = {str(n): [int(i) for i in ns["shard_indices"](n, rank, world)] for n in (10, 7)}
+    x = torch.tensor([rank + 1.0, 10.0 * rank], device=device)
+    before = x.clone()
+    average = ns["average_across_ranks"](x)
+    record = {
+        "rank": rank,
+        "world_size": world,
+        "shards": shards,
+        "average": [float(v) for v in torch.as_tensor(average).detach().cpu().reshape(-1).tolist()],
+        "input_unchanged": bool(torch.equal(x, before)),
+    }
+    dist.barrier()
+    dist.destroy_process_group()
+    return record
+
+
 def observe_ranks(ns):
     from gpucourse.checks.ddp import run_exercise_script
     return run_exercise_script(ns, "average_across_ranks", ["shard_indices", "average_across_ranks"])

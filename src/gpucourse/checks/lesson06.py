@@ -1,0 +1,223 @@
+"""Public checks for lesson 6 (Lightning on many devices). Observers are self-contained: see lesson01.py.
+
+``parse_devices`` is judged against Lightning's own parser (``lightning_devices.lightning_device_ids``),
+computed by the judge, outside the student's process; while the student's function runs, Lightning's
+parser is switched off, so delegating to it fails.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+from gpucourse.checks import Case, register
+
+# --- Exercise 1: parse_devices ---------------------------------------------------------------
+
+TABLE = [(3, 4), (-1, 4), ([0], 4), ([1, 3], 4), ("3", 4), ("1, 3", 4), ("-1", 4), (0, 4), (5, 4)]
+
+
+@contextlib.contextmanager
+def lightning_parser_switched_off():
+    """Make Lightning's device parser raise while the student's code runs."""
+    from lightning_fabric.utilities import device_parser
+
+    def refuse(*args, **kwargs):
+        raise RuntimeError("parse_devices must parse by itself, not call Lightning's parser")
+
+    names = ["_parse_gpu_ids", "_normalize_parse_gpu_string_input", "_normalize_parse_gpu_input_to_list",
+             "_sanitize_gpu_ids", "_get_all_available_gpus"]
+    saved = {name: getattr(device_parser, name) for name in names}
+    try:
+        for name in names:
+            setattr(device_parser, name, refuse)
+        yield
+    finally:
+        for name, value in saved.items():
+            setattr(device_parser, name, value)
+
+
+def describe(result):
+    """A parse result, or an exception, as plain data comparable between the student and Lightning."""
+    if isinstance(result, BaseException):
+        if "Lightning's parser" in str(result):
+            return {"kind": "calls Lightning's parser"}
+        if isinstance(result, TypeError):
+            return {"kind": "TypeError"}
+        if isinstance(result, ValueError) or type(result).__name__ == "MisconfigurationException":
+            return {"kind": "ValueError"}
+        return {"kind": f"raised {type(result).__name__}"}
+    if result is None:
+        return {"kind": "None"}
+    if type(result) is list and all(type(i) is int for i in result):
+        return {"kind": "list", "value": result}
+    return {"kind": f"returned a {type(result).__name__}", "value": repr(result)[:80]}
+
+
+def observe_parse(ns, cases):
+    from gpucourse.checks.lesson06 import describe, lightning_parser_switched_off
+    results = []
+    for devices, available in cases:
+        with lightning_parser_switched_off():
+            try:
+                got = ns["parse_devices"](devices, available)
+            except Exception as error:
+                got = error
+        results.append(describe(got))
+    return results
+
+
+def judge_parse(results, cases):
+    from gpucourse.lightning_devices import lightning_device_ids
+    for (devices, available), got in zip(cases, results):
+        want = describe(lightning_device_ids(devices, available))
+        if got != want:
+            shown = {"list": lambda r: r["value"], "None": lambda r: None}.get(got["kind"], lambda r: got["kind"])(got)
+            return f"parse_devices({devices!r}, available={available}) gave {shown!r}, but Lightning's parser says otherwise"
+    return None
+
+
+def observe_table(ns):
+    from gpucourse.checks.lesson06 import TABLE, observe_parse
+    return observe_parse(ns, TABLE)
+
+
+register("parse_devices", Case("the devices table on a machine with 4 GPUs", observe_table, lambda d: judge_parse(d, TABLE)))
+
+
+# --- Exercise 2: a device-agnostic module -------------------------------------------------------
+
+def observe_agnostic(ns):
+    import torch
+
+    mean, std = [1.0, -2.0, 0.5], [2.0, 0.5, 1.0]
+    torch.manual_seed(0)
+    model = ns["AgnosticStandardize"](mean, std)
+    x = torch.randn(5, 3)
+    w, b = model.readout.weight.detach(), model.readout.bias.detach()
+    expected = ((x - torch.tensor(mean)) / torch.tensor(std)) @ w.T + b + 1
+    out = model(x)
+    record = {"cpu": {"shape": list(out.shape), "close": bool(torch.allclose(out, expected, atol=1e-5))},
+              "parameters": sorted(name for name, _ in model.named_parameters())}
+    twin = ns["AgnosticStandardize"](mean, std).double()
+    try:
+        out64 = twin(x.double())
+        record["float64"] = {"dtype": str(out64.dtype), "device": str(out64.device)}
+    except Exception as error:
+        record["float64"] = f"{type(error).__name__}: {str(error)[:200]}"
+    try:
+        moved = model.to("meta")  # a device with no data: any tensor left on the CPU is an error
+        out_meta = moved(torch.randn(5, 3, device="meta"))
+        record["meta"] = {"device": str(out_meta.device), "shape": list(out_meta.shape)}
+    except Exception as error:
+        record["meta"] = f"{type(error).__name__}: {str(error)[:200]}"
+    return record
+
+
+def judge_agnostic(d):
+    if d["cpu"]["shape"] != [5, 1] or not d["cpu"]["close"]:
+        return "on the CPU the output differs from Standardize's: (x - mean) / std, the read-out, plus 1"
+    if d["parameters"] != ["readout.bias", "readout.weight"]:
+        return f"the statistics must not be parameters; parameters are {d['parameters']}"
+    if d["float64"] != {"dtype": "torch.float64", "device": "cpu"}:
+        return f"after .double() with float64 input: {d['float64']}"
+    if d["meta"] != {"device": "meta", "shape": [5, 1]}:
+        return f"after .to(another device) with input on that device: {d['meta']}"
+    return None
+
+
+register("device_agnostic", Case("same function; follows .to(device) and .double()", observe_agnostic, judge_agnostic))
+
+
+# --- Exercise 3: picklable for ddp_spawn -------------------------------------------------------
+
+def observe_picklable(ns, noise=0.3):
+    import pickle
+    from multiprocessing.reduction import ForkingPickler
+
+    import torch
+    from torch.nn import functional as F
+
+    model = ns["SpawnSafeRegressor"](noise=noise)
+    try:
+        clone = pickle.loads(bytes(ForkingPickler.dumps(model)))  # what ddp_spawn does to your module
+    except Exception as error:
+        return {"pickled": f"{type(error).__name__}: {str(error)[:200]}"}
+    x, y = torch.randn(6, 4), torch.randn(6)
+    torch.manual_seed(1)
+    expected = x + noise * torch.randn_like(x)
+    results = {}
+    for name, m in (("original", model), ("unpickled", clone)):
+        torch.manual_seed(1)
+        results[name] = bool(torch.allclose(m.augment(x), expected))
+    torch.manual_seed(2)
+    loss = model.training_step((x, y), 0)
+    torch.manual_seed(2)
+    reference = F.mse_loss(model.net(x + noise * torch.randn_like(x)).squeeze(-1), y)
+    return {"pickled": "ok", "augment": results,
+            "same_weights": bool(torch.equal(model.net.weight, clone.net.weight)),
+            "loss": bool(torch.allclose(torch.as_tensor(loss), reference))}
+
+
+def judge_picklable(d):
+    if d["pickled"] != "ok":
+        return f"pickling the module failed, as it would under ddp_spawn: {d['pickled']}"
+    if not d["augment"]["original"]:
+        return "augment(x) is not x + noise * torch.randn_like(x)"
+    if not d["augment"]["unpickled"] or not d["same_weights"]:
+        return "after a pickle round trip the module behaves differently"
+    if not d["loss"]:
+        return "training_step's loss differs from NoisyRegressor's"
+    return None
+
+
+register("picklable", Case("pickles like ddp_spawn does, and behaves the same", observe_picklable, judge_picklable))
+
+
+# --- Exercise 4: effective batch size and learning rate -------------------------------------------
+
+BATCH_CASES = [
+    {"batch_size": 7, "devices": 8, "num_nodes": 1, "strategy": "ddp"},
+    {"batch_size": 7, "devices": 8, "num_nodes": 10, "strategy": "ddp_spawn"},
+    {"batch_size": 32, "devices": 2, "num_nodes": 1, "strategy": "ddp_notebook", "accumulate_grad_batches": 4},
+]
+
+
+def observe_batch(ns, cases, lr_cases):
+    results = []
+    for case in cases:
+        try:
+            results.append(ns["effective_batch_size"](**case))
+        except ValueError:
+            results.append("ValueError")
+        except Exception as error:
+            results.append(f"raised {type(error).__name__}")
+    lrs = []
+    for case in lr_cases:
+        try:
+            lrs.append(float(ns["scaled_learning_rate"](**case)))
+        except Exception as error:
+            lrs.append(f"raised {type(error).__name__}")
+    return {"batch": results, "lr": lrs}
+
+
+LR_CASES = [{"base_lr": 0.1, "base_batch_size": 256, "effective_batch_size": 1024}]
+
+
+def judge_batch(d, want_batch, want_lr, cases=None):
+    for i, (got, want) in enumerate(zip(d["batch"], want_batch)):
+        if got != want:
+            where = f" for {cases[i]}" if cases else ""
+            return f"effective_batch_size gave {got!r}{where}; that is not the effective batch size"
+    for got, want in zip(d["lr"], want_lr):
+        if not isinstance(got, float) or abs(got - want) > 1e-9 * max(1, abs(want)):
+            return f"scaled_learning_rate gave {got!r}, not the linearly scaled rate"
+    return None
+
+
+def observe_batch_examples(ns):
+    from gpucourse.checks.lesson06 import BATCH_CASES, LR_CASES, observe_batch
+    return observe_batch(ns, BATCH_CASES, LR_CASES)
+
+
+register("effective_batch", Case("the seed's examples and one with accumulation", observe_batch_examples,
+                                 lambda d: judge_batch(d, [56, 560, 256], [0.4], BATCH_CASES)))

@@ -1,0 +1,106 @@
+"""Public checks for lesson 8 (TPUs and XLA). Observers are self-contained: see lesson01.py.
+
+``pad_to_bucket`` is observed on a small batch; ``log_losses`` runs with a step function whose losses
+are known, inside ``gpucourse.xla.count_host_reads`` so that every read of a tensor value by the
+student's code (the thing that stalls a TPU) is counted.
+"""
+
+from __future__ import annotations
+
+from gpucourse.checks import Case, register
+
+# --- Exercise 1: pad_to_bucket -------------------------------------------------------------
+
+
+def observe_pad_small(ns):
+    import torch
+
+    pad = ns["pad_to_bucket"]
+    padded, mask = pad([torch.tensor([5, 6, 7]), torch.tensor([1])], (4, 8))
+    out = {"padded": padded.tolist(), "mask": mask.tolist(), "dtype": str(padded.dtype), "mask_dtype": str(mask.dtype)}
+    try:
+        pad([torch.arange(1, 10)], (4, 8))
+        out["too_long"] = "returned"
+    except ValueError:
+        out["too_long"] = "ValueError"
+    except Exception as error:  # noqa: BLE001 - any other exception is a wrong answer, reported by name
+        out["too_long"] = type(error).__name__
+    return out
+
+
+def judge_pad_small(d):
+    width = len(d["padded"][0]) if d["padded"] else 0
+    if width != 4:
+        return f"two sequences (longest 3) with buckets (4, 8) came back {width} wide: pad to the smallest bucket that fits"
+    if d["dtype"] != "torch.int64" or d["mask_dtype"] != "torch.bool":
+        return f"dtypes {d['dtype']} / {d['mask_dtype']}: keep the tokens' dtype, and make the mask bool"
+    if d["mask"] != [[True, True, True, False], [True, False, False, False]]:
+        return "the mask must be True exactly on the real tokens, which come first in each row"
+    if d["padded"] != [[5, 6, 7, 0], [1, 0, 0, 0]]:
+        return "each row must hold its sequence first, then pad_value up to the bucket length"
+    if d["too_long"] != "ValueError":
+        return f"a sequence longer than the largest bucket must raise ValueError (got: {d['too_long']})"
+    return None
+
+
+register("pad_to_bucket", Case("two sequences, buckets (4, 8); a sequence of 9 tokens", observe_pad_small, judge_pad_small))
+
+
+# --- Exercise 2: log_losses ----------------------------------------------------------------
+
+
+def observe_log_losses(ns, losses, every, requires_grad=False):
+    """Run ``log_losses`` on batches 0..n-1 whose step returns ``losses[i]``; count host reads."""
+    import torch
+    from gpucourse.xla import count_host_reads
+
+    weight = torch.ones((), requires_grad=requires_grad)
+    values = [torch.tensor(float(v)) for v in losses]
+    steps = []
+
+    def step(batch):
+        steps.append(batch)
+        return weight * values[batch]
+
+    with count_host_reads() as reads:
+        result = ns["log_losses"](step, list(range(len(losses))), every)
+    return {"result": [float(v) for v in result] if isinstance(result, list) else None,
+            "result_type": type(result).__name__,
+            "types": sorted({type(v).__name__ for v in result}) if isinstance(result, list) else [],
+            "reads": reads.count, "methods": reads.methods[:12], "steps": steps}
+
+
+def judge_log_losses(losses, every):
+    """A judge for ``observe_log_losses(ns, losses, every)``: group means, order, and the read budget."""
+    groups = [losses[i:i + every] for i in range(0, len(losses), every)]
+    expected = [sum(g) / len(g) for g in groups]
+
+    def judge(d):
+        if d["steps"] != list(range(len(losses))):
+            return f"call step once per batch, in order ({len(losses)} batches; saw calls for {d['steps'][:20]})"
+        if d["result"] is None:
+            return f"return a list of floats, not a {d['result_type']}"
+        if d["types"] not in ([], ["float"]):
+            return f"the list must hold Python floats, got {d['types']}"
+        if len(d["result"]) != len(expected):
+            return (f"{len(losses)} steps logged every {every} should give {len(expected)} values, got "
+                    f"{len(d['result'])}; a last, shorter group is reported too")
+        if any(abs(a - b) > 1e-5 * max(1.0, abs(b)) for a, b in zip(d["result"], expected)):
+            return "the values must be the mean loss of each group of `every` consecutive steps"
+        if d["reads"] > len(expected):
+            return (f"{d['reads']} reads of tensor values ({', '.join(sorted(set(d['methods'])))}) for {len(expected)} "
+                    f"logged values: each one makes a TPU stop and wait; read at most once per logged value")
+        return None
+
+    return judge
+
+
+PUBLIC_LOSSES = [4.0, 2.0, 3.0, 1.0, 1.5, 0.5, 2.5]
+
+
+def observe_log_losses_public(ns):
+    from gpucourse.checks.lesson08 import PUBLIC_LOSSES, observe_log_losses
+    return observe_log_losses(ns, PUBLIC_LOSSES, 3)
+
+
+register("log_losses", Case("7 steps logged every 3 steps", observe_log_losses_public, judge_log_losses(PUBLIC_LOSSES, 3)))

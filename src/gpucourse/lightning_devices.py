@@ -1,0 +1,168 @@
+"""Lightning on many devices. Taught in lesson 6.
+
+- ``regression_data`` and ``MLP``: one small problem, trained two ways;
+- ``train_plain``: the hand-written loop with ``.to(device)`` everywhere (what Lightning replaces);
+- ``LitRegressor``: the same model as a LightningModule, every hook in its place, writing down which
+  process ran ``prepare_data`` and ``setup`` so the lesson can show the difference under DDP;
+- ``quiet_trainer``: a Trainer without logger, checkpoints or progress bar, for short demonstrations;
+- ``lightning_device_ids``: how Lightning itself parses ``devices=`` for a machine with N GPUs;
+- ``REMOVED`` and ``try_trainer``: the 2021-22 Trainer arguments, run on the installed Lightning.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+from unittest import mock
+
+import pytorch_lightning as pl
+import torch
+from torch import nn
+from torch.nn import functional as F
+from torch.utils.data import DataLoader, TensorDataset, random_split
+
+TRUE_WEIGHTS = torch.tensor([1.5, -2.0, 0.5, 3.0])
+
+
+def regression_data(n: int = 512, seed: int = 0) -> TensorDataset:
+    """``n`` rows of 4 features and a noisy linear target: small enough for any CPU."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, 4, generator=g)
+    return TensorDataset(x, x @ TRUE_WEIGHTS + 0.1 * torch.randn(n, generator=g))
+
+
+class MLP(nn.Module):
+    def __init__(self, hidden: int = 32):
+        super().__init__()
+        self.layers = nn.Sequential(nn.Linear(4, hidden), nn.ReLU(), nn.Linear(hidden, 1))
+
+    def forward(self, x):
+        return self.layers(x).squeeze(-1)
+
+
+def train_plain(model: nn.Module, loader: DataLoader, epochs: int, lr: float, device: Any) -> list[float]:
+    """The loop Lightning writes for you: every tensor moved by hand, every step spelled out."""
+    model = model.to(device)
+    optimizer = torch.optim.Adam(model.parameters(), lr=lr)
+    losses = []
+    for _ in range(epochs):
+        for x, y in loader:
+            x, y = x.to(device), y.to(device)
+            optimizer.zero_grad()
+            loss = F.mse_loss(model(x), y)
+            loss.backward()
+            optimizer.step()
+        losses.append(loss.item())
+    return losses
+
+
+class LitRegressor(pl.LightningModule):
+    """The MLP as a LightningModule. ``data_dir`` receives the dataset file and ``hooks.log``, one line
+    per ``prepare_data``/``setup`` call with the process's global rank and PID."""
+
+    def __init__(self, data_dir: str, hidden: int = 32, lr: float = 1e-2, batch_size: int = 32, n: int = 512):
+        super().__init__()
+        self.save_hyperparameters()
+        self.model = MLP(hidden)
+        self.val_errors: list[torch.Tensor] = []
+
+    def _note(self, hook: str) -> None:
+        with open(Path(self.hparams.data_dir) / "hooks.log", "a") as log:
+            log.write(f"{hook} rank={self.global_rank} pid={os.getpid()}\n")
+
+    # Once per machine, on local rank 0 only: download or write files. Never assign state here:
+    # the other processes would not have it.
+    def prepare_data(self):
+        self._note("prepare_data")
+        path = Path(self.hparams.data_dir) / "regression.pt"
+        if not path.exists():
+            torch.save(regression_data(self.hparams.n).tensors, path)
+
+    # In every process: read what prepare_data wrote, split, assign state.
+    def setup(self, stage: str):
+        self._note(f"setup({stage})")
+        x, y = torch.load(Path(self.hparams.data_dir) / "regression.pt")
+        self.train_set, self.val_set = random_split(TensorDataset(x, y), [0.8, 0.2],
+                                                    generator=torch.Generator().manual_seed(0))
+
+    # No DistributedSampler here: Lightning adds one when it runs on several processes.
+    def train_dataloader(self):
+        return DataLoader(self.train_set, batch_size=self.hparams.batch_size, shuffle=True)
+
+    def val_dataloader(self):
+        return DataLoader(self.val_set, batch_size=self.hparams.batch_size)
+
+    def forward(self, x):
+        return self.model(x)
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch  # already on the right device: Lightning moved the batch
+        loss = F.mse_loss(self(x), y)
+        self.log("train_loss", loss, prog_bar=True)
+        return loss  # Lightning calls backward, step and zero_grad
+
+    def validation_step(self, batch, batch_idx):
+        x, y = batch
+        self.val_errors.append((self(x) - y).abs())
+        self.log("val_loss", F.mse_loss(self(x), y), sync_dist=True)
+
+    # Replaces validation_epoch_end(self, outputs), removed in Lightning 2.0.
+    def on_validation_epoch_end(self):
+        errors = self.all_gather(torch.cat(self.val_errors))  # every process's errors, on every process
+        # Already the same value everywhere, so no sync_dist (Lightning still suggests it, harmlessly).
+        self.log("val_max_error", errors.max())
+        self.val_errors.clear()
+
+    def configure_optimizers(self):
+        return torch.optim.Adam(self.parameters(), lr=self.hparams.lr)
+
+
+def quiet_trainer(**kwargs) -> pl.Trainer:
+    """``pl.Trainer(**kwargs)`` without logger, checkpoints, progress bar or model summary."""
+    defaults = dict(logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
+    return pl.Trainer(**{**defaults, **kwargs})
+
+
+def read_hook_log(data_dir: str | Path) -> list[str]:
+    path = Path(data_dir) / "hooks.log"
+    return path.read_text().splitlines() if path.exists() else []
+
+
+def lightning_device_ids(devices: Any, available: int) -> Any:
+    """What Lightning makes of ``Trainer(accelerator="gpu", devices=devices)`` on a machine with
+    ``available`` GPUs: a list of GPU indices, None (no GPU), or the exception it raises."""
+    from lightning_fabric.utilities import device_parser
+
+    with mock.patch.object(device_parser, "_get_all_available_gpus", lambda **_: list(range(available))):
+        try:
+            return device_parser._parse_gpu_ids(devices, include_cuda=True)
+        except Exception as error:  # the answer for a bad request is the error itself
+            return error
+
+
+# The 2021-22 Trainer arguments, what happened to them, and what to write today.
+REMOVED = [
+    ({"gpus": 2}, "removed in 2.0: one flag per device kind did not scale (TPUs, MPS, HPUs...)",
+     'Trainer(accelerator="gpu", devices=2)'),
+    ({"tpu_cores": 8}, "removed in 2.0, for the same reason", 'Trainer(accelerator="tpu", devices=8)'),
+    ({"auto_select_gpus": True}, "removed in 2.0",
+     'devices=-1 for every GPU; devices=find_usable_cuda_devices(2) for free GPUs in exclusive mode'),
+    ({"strategy": "dp"}, "removed in 2.0: one process driving every GPU is slower than DDP, bound by the GIL",
+     'strategy="ddp" in a script, "ddp_notebook" in a notebook'),
+    ({"strategy": "ddp2"}, "removed in 1.8 (rarely used, hard to maintain)", 'strategy="ddp"'),
+    ({"strategy": "horovod"}, "the Horovod integration was removed before 2.0", 'strategy="ddp" (or Horovod directly)'),
+    ({"strategy": "ddp_sharded"}, "removed in 2.0 with the FairScale integration: sharding is in PyTorch now",
+     'strategy="fsdp"'),
+    ({"accelerator": "ddp"}, "in 1.x before 1.5 accelerator= also chose how to distribute; that moved to strategy=",
+     'Trainer(accelerator="gpu", strategy="ddp")'),
+]
+
+
+def try_trainer(**kwargs) -> str:
+    """Build ``quiet_trainer(**kwargs)`` on the installed Lightning; "ok: <Strategy>" or the error's first line."""
+    try:
+        trainer = quiet_trainer(**kwargs)
+    except Exception as error:
+        return f"{type(error).__name__}: {str(error).splitlines()[0]}"
+    return f"ok: {type(trainer.strategy).__name__}"

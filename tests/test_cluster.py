@@ -1,0 +1,147 @@
+"""gpucourse.cluster (lesson 10's helpers), against Lightning's real SLURM and torchrun environments."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from pathlib import Path
+
+import pytest
+
+from gpucourse import cluster as C
+from gpucourse.checks import lesson10 as L
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _hidden_checks():
+    path = ROOT / "autograders" / "checks" / "lesson10_beyond_one_machine.py"
+    spec = importlib.util.spec_from_file_location("hidden_lesson10", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_hostlists_are_compressed_as_slurm_does():
+    assert C.hostlist("gpu", [17, 18]) == "gpu[017-018]"
+    assert C.hostlist("node", [3, 7, 8, 9]) == "node[003,007-009]"
+    assert C.hostlist("gpu", [5]) == "gpu005"
+
+
+def test_every_task_of_a_two_node_four_gpu_job():
+    envs = C.srun_environments(2, 4, numbers=[17, 18], job_id=4242017)
+    assert envs[0]["SLURM_NODELIST"] == "gpu[017-018]" and envs[0]["SLURM_NTASKS"] == "8"
+    views = [C.lightning_view(env) for env in envs]
+    assert {v["environment"] for v in views} == {"SLURMEnvironment"} and all(v["slurm_detected"] for v in views)
+    assert sorted(v["global_rank"] for v in views) == list(range(8))
+    assert [v["global_rank"] for v in views] == [int(e["SLURM_PROCID"]) for e in envs]
+    assert [v["local_rank"] for v in views] == [0, 1, 2, 3, 0, 1, 2, 3]
+    assert [v["node_rank"] for v in views] == [0, 0, 0, 0, 1, 1, 1, 1]
+    assert {v["world_size"] for v in views} == {8}
+    assert {v["main_address"] for v in views} == {"gpu017"}
+    assert {v["main_port"] for v in views} == {15000 + 2017}  # last four digits of the job id + 15000
+
+
+def test_cyclic_placement_is_read_not_computed():
+    envs = C.srun_environments(3, 2, distribution="cyclic")
+    views = [C.lightning_view(env) for env in envs]
+    assert [v["node_rank"] for v in views] == [0, 1, 2, 0, 1, 2]
+    assert [v["local_rank"] for v in views] == [0, 0, 0, 1, 1, 1]
+
+
+@pytest.mark.parametrize("job_name", ["interactive", "bash"])
+def test_interactive_sessions_are_not_slurm_jobs_for_lightning(job_name):
+    view = C.lightning_view(C.interactive_environment(job_name))
+    assert view["slurm_detected"] is False and view["environment"] == "LightningEnvironment"
+    assert (view["global_rank"], view["world_size"]) == (0, 1)
+
+
+def test_ntasks_without_ntasks_per_node_is_refused():
+    env = dict(C.srun_environments(2, 4)[0])
+    del env["SLURM_NTASKS_PER_NODE"]
+    assert "--ntasks-per-node" in C.lightning_view(env)["error"]
+
+
+def test_master_addr_wins_and_the_environment_is_restored():
+    before = dict(os.environ)
+    view = C.lightning_view({**C.srun_environments(2, 2)[3], "MASTER_ADDR": "10.0.0.5", "MASTER_PORT": "40000"})
+    assert (view["main_address"], view["main_port"]) == ("10.0.0.5", 40000)
+    assert dict(os.environ) == before
+
+
+def test_torchrun_under_slurm_is_seen_as_torchelastic():
+    envs = C.torchrun_environments(2, 4, head="gpu017")
+    views = [C.lightning_view(env) for env in envs]
+    assert {v["environment"] for v in views} == {"TorchElasticEnvironment"}
+    assert all(v["slurm_detected"] for v in views)  # SLURM is there too, TorchElastic is tried first
+    assert [v["global_rank"] for v in views] == list(range(8))
+    assert [(v["node_rank"], v["local_rank"]) for v in views] == [(n, l) for n in range(2) for l in range(4)]
+    assert {(v["world_size"], v["main_address"], v["main_port"]) for v in views} == {(8, "gpu017", 29500)}
+
+
+def test_the_checks_restatement_equals_lightning_on_every_checked_job():
+    hidden = _hidden_checks()
+    envs = L.build_jobs(L.PUBLIC_RANK_JOBS + hidden.SHAPES + hidden.ODD_PLACES) + [L.INTERACTIVE_SHELL, {}]
+    envs += L.build_jobs([(5, 1, {"distribution": "cyclic"}, {}), (2, 8, {"numbers": [9, 10]}, {})])
+    assert len(envs) > 50
+    for env in envs:
+        view = C.lightning_view(env)
+        mine = L.lightning_slurm_ranks(env)
+        if view["environment"] != "SLURMEnvironment":
+            assert mine is None, env
+        else:
+            assert mine == {k: view[k] for k in L.RANK_KEYS}, env
+
+
+def test_a_real_trainer_derives_the_same_ranks_without_launching():
+    envs = C.srun_environments(2, 4)
+    for env in (envs[0], envs[5], envs[7]):
+        view = C.trainer_view(env, devices=4, num_nodes=2)
+        assert view["environment"] == "SLURMEnvironment" and view["strategy"] == "DDPStrategy"
+        assert view["mismatch"] is None
+        assert (view["global_rank"], view["local_rank"], view["node_rank"], view["world_size"]) == (
+            int(env["SLURM_PROCID"]), int(env["SLURM_LOCALID"]), int(env["SLURM_NODEID"]), 8)
+    assert "HINT: Set `devices=4`" in C.trainer_view(envs[5], devices=2, num_nodes=2)["mismatch"]
+    assert "HINT: Set `num_nodes=2`" in C.trainer_view(envs[5], devices=4, num_nodes=1)["mismatch"]
+
+
+@pytest.mark.parametrize("nodes,gpus", [(1, 1), (2, 4), (4, 8)])
+def test_lightning_template_is_consistent(nodes, gpus):
+    text = C.render_sbatch(nodes, gpus, "train.py --max-epochs 3", cpus_per_task=6, time="01:00:00", job_name="fit")
+    script = L.parse_sbatch(text)
+    options = script["options"]
+    assert script["shebang"]
+    assert (options["nodes"], options["ntasks-per-node"], options["gres"]) == (str(nodes), str(gpus), f"gpu:{gpus}")
+    assert (options["cpus-per-task"], options["time"], options["job-name"]) == ("6", "01:00:00", "fit")
+    assert options["signal"] == "SIGUSR1@90"
+    assert f"Trainer(num_nodes={nodes})" in text and f"Trainer(devices={gpus})" in text
+    assert script["body"][-1] == "srun python train.py --max-epochs 3"
+    assert L.judge_sbatch({"nodes": nodes, "gpus": gpus, "command": "python train.py --max-epochs 3"}, text) is None
+
+
+def test_torchrun_template_runs_one_torchrun_per_node():
+    text = C.render_sbatch(2, 4, "train.py", cpus_per_task=6, launcher="torchrun")
+    script = L.parse_sbatch(text)
+    assert (script["options"]["nodes"], script["options"]["ntasks-per-node"], script["options"]["gres"]) == ("2", "1", "gpu:4")
+    assert script["options"]["cpus-per-task"] == "24"
+    assert 'head=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)' in script["body"]
+    launch = " ".join(text[text.index("srun torchrun"):].replace("\\\n", " ").split())
+    assert launch == ('srun torchrun --nnodes=2 --nproc-per-node=4 --rdzv-id="$SLURM_JOB_ID" --rdzv-backend=c10d'
+                      ' --rdzv-endpoint="$head:29500" train.py')
+    with pytest.raises(ValueError):
+        C.render_sbatch(2, 4, launcher="mpirun")
+
+
+@pytest.mark.parametrize("text,problem", [
+    ("#!/bin/bash\n#SBATCH -N 2\n#SBATCH --ntasks-per-node 4\n#SBATCH --gpus-per-node=h100:4\nmodule load cuda\nsrun python train.py\n", None),
+    ("#!/bin/bash\n#SBATCH --nodes=2 --ntasks-per-node=4 --gres=gpu:4  # all on one line\nexec srun -u python train.py\n", None),
+    ("#SBATCH --nodes=2\n#SBATCH --ntasks-per-node=4\n#SBATCH --gres=gpu:4\nsrun python train.py\n", "interpreter"),
+    ("#!/bin/bash\n#SBATCH --nodes=2\n#SBATCH --ntasks-per-node=1\n#SBATCH --gres=gpu:4\nsrun python train.py\n", "one task per GPU"),
+    ("#!/bin/bash\n#SBATCH --nodes=2\n#SBATCH --ntasks-per-node=4\n#SBATCH --gres=gpu:8\nsrun python train.py\n", "8 GPU(s)"),
+    ("#!/bin/bash\n#SBATCH --nodes=2\n#SBATCH --ntasks-per-node=4\n#SBATCH --gpus=8\nsrun python train.py\n", "whole job"),
+    ("#!/bin/bash\n#SBATCH --nodes=2\n#SBATCH --ntasks-per-node=4\n#SBATCH --gres=gpu:4\npython train.py\n", "srun"),
+    ("#!/bin/bash\ncd $HOME\n#SBATCH --nodes=2\n#SBATCH --ntasks-per-node=4\n#SBATCH --gres=gpu:4\nsrun python train.py\n", "--nodes is None"),
+])
+def test_scripts_are_read_as_sbatch_reads_them(text, problem):
+    verdict = L.judge_sbatch({"nodes": 2, "gpus": 4, "command": "python train.py"}, text)
+    assert verdict is None if problem is None else problem in verdict

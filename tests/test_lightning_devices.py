@@ -1,0 +1,48 @@
+"""Lesson 6's helpers: Lightning's own device parser, the removed Trainer arguments, the hooks' log."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch.utils.data import DataLoader
+
+from gpucourse import lightning_devices as L
+
+
+@pytest.mark.parametrize("devices, available, expected", [
+    (3, 4, [0, 1, 2]), (-1, 4, [0, 1, 2, 3]), ([1, 3], 4, [1, 3]), ("1, 3", 4, [1, 3]), ("3", 4, [0, 1, 2]),
+    (0, 4, None), ("-1", 2, [0, 1]),
+])
+def test_lightning_parses_the_devices_table(devices, available, expected):
+    assert L.lightning_device_ids(devices, available) == expected
+
+
+def test_impossible_requests_come_back_as_errors():
+    assert "only has" in str(L.lightning_device_ids(5, 4))
+    assert isinstance(L.lightning_device_ids(None, 4), TypeError)
+    assert "none are available" in str(L.lightning_device_ids(-1, 0))
+
+
+def test_every_removed_argument_fails_on_the_installed_lightning():
+    for old, why, new in L.REMOVED:
+        outcome = L.try_trainer(**old)
+        assert outcome.startswith(("TypeError", "ValueError")), (old, outcome)
+        assert why and new
+    assert L.try_trainer(accelerator="cpu", devices=1) == "ok: SingleDeviceStrategy"
+
+
+def test_plain_loop_learns():
+    torch.manual_seed(0)
+    losses = L.train_plain(L.MLP(), DataLoader(L.regression_data(256), batch_size=32, shuffle=True), 8, 1e-2, "cpu")
+    assert losses[-1] < losses[0] / 3
+
+
+def test_lit_regressor_prepares_once_and_sets_up(tmp_path):
+    model = L.LitRegressor(str(tmp_path), n=128)
+    trainer = L.quiet_trainer(accelerator="cpu", devices=1, max_epochs=2)
+    trainer.fit(model)
+    log = L.read_hook_log(tmp_path)
+    assert [line.split()[0] for line in log] == ["prepare_data", "setup(TrainerFn.FITTING)"]
+    assert (tmp_path / "regression.pt").exists()
+    assert {"train_loss", "val_loss", "val_max_error"} <= set(trainer.callback_metrics)
+    assert not model.val_errors  # cleared at the end of every validation epoch
