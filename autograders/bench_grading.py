@@ -51,13 +51,14 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, default=Path("bench/results"))
     parser.add_argument("--limit", type=int, help="grade only the first N submissions of the class")
+    parser.add_argument("--only", help="one assignment's submissions")
     args = parser.parse_args(argv)
     os.environ.setdefault("GPUCOURSE_SMOKE", "1")
     args.out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="gpucourse-bench-") as folder:
         submissions = Path(folder) / "submitted"
         submissions.mkdir()
-        count = len(classroom.build(submissions, args.limit))
+        count = len(classroom.build(submissions, args.limit, only=args.only))
         baseline = nbgrader_sequential(submissions, Path(folder) / "nbgrader-course")
         jobs = os.cpu_count() or 1
         start = time.perf_counter()

@@ -71,7 +71,8 @@ def test_naive_timing_misses_the_work_that_a_synchronized_clock_sees():
     start = time.perf_counter()
     device.launch(0.02)
     device.synchronize()
-    assert naive < 0.005 and 0.015 < time.perf_counter() - start < 0.05
+    synced = time.perf_counter() - start
+    assert naive < 0.02 <= synced  # the naive clock stops before the 20 ms of work; the synchronized one after
 
 
 def test_sync_exercise_is_fourteen_lines_of_python():

@@ -22,6 +22,8 @@ import classroom
 from conftest import FIXTURES, ROOT, SOLUTIONS, nbgrader_meta, notebooks, read
 
 
+pytestmark = pytest.mark.xdist_group("grading")  # one module fixture, so one worker
+
 @pytest.fixture(scope="module")
 def graded(tmp_path_factory):
     submissions = tmp_path_factory.mktemp("submitted")
@@ -102,11 +104,15 @@ def test_stray_folder_is_reported_not_fatal(graded):
 
 def test_one_student_can_be_regraded(graded):
     submissions, results, expected = graded
+    counts: dict[str, int] = {}
+    for student, _ in expected:
+        counts[student] = counts.get(student, 0) + 1
+    student = min(counts, key=lambda s: (counts[s], s))  # the quickest to regrade
     before = (results / "grades.csv").read_text()
     run = subprocess.run(["make", "-s", "grade", f"SUBMISSIONS={submissions}", f"RESULTS={results}",
-                          "GRADE_ARGS=--student unanswered"], cwd=ROOT, capture_output=True, text=True, timeout=600)
+                          f"GRADE_ARGS=--student {student}"], cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
-    assert f"graded {len(notebooks(SOLUTIONS))} submission(s)" in run.stdout  # one per assignment
+    assert f"graded {counts[student]} submission(s)" in run.stdout  # that student's, nobody else's
     assert (results / "grades.csv").read_text() == before  # same scores, nobody else touched
 
 
@@ -120,16 +126,18 @@ def test_validate_button_passes_correct_code_that_warns(tmp_path):
     from course import load_config
     from nbgrader.validator import Validator
 
-    source = SOLUTIONS / "lesson01_processes_threads" / "processes_threads.ipynb"
-    warns = FIXTURES / "lesson01_processes_threads" / "right" / "parallel_map__with_warnings.py"
+    source = SOLUTIONS / "quiz_gpu_data_parallel" / "quiz.ipynb"  # the quickest notebook to run twice
+    right = (FIXTURES / "quiz_gpu_data_parallel" / "right" / "q1__spelled_differently.py").read_text()
+    warns = ("import sys, warnings\nwarnings.warn('a warning, as torch and Lightning print them')\n"
+             "print('and a line on stderr', file=sys.stderr)\n" + right)
     nb = read(source)
-    next(c for c in nb.cells if nbgrader_meta(c).get("grade_id") == "parallel_map").source = warns.read_text()
+    next(c for c in nb.cells if nbgrader_meta(c).get("grade_id") == "q1").source = warns
     nbformat.write(nb, tmp_path / "warns.ipynb")
     result = Validator(config=load_config()).validate(str(tmp_path / "warns.ipynb"))
     assert "failed" not in result, result.get("failed")
 
-    broken = FIXTURES / "lesson01_processes_threads" / "wrong" / "parallel_map__always_threads.py"
-    next(c for c in nb.cells if nbgrader_meta(c).get("grade_id") == "parallel_map").source = broken.read_text()
+    # the quiz's public checks judge the form of an answer (its hidden ones, the content)
+    next(c for c in nb.cells if nbgrader_meta(c).get("grade_id") == "q1").source = 'q1 = "none of these"'
     nbformat.write(nb, tmp_path / "broken.ipynb")
     result = Validator(config=load_config()).validate(str(tmp_path / "broken.ipynb"))
     assert len(result.get("failed", [])) == 1, "Validate must still report a real failure"
@@ -140,7 +148,7 @@ def test_grading_bench_reports_a_ratio(tmp_path):
 
     import bench_grading
 
-    assert bench_grading.main(["--out", str(tmp_path), "--limit", "2"]) == 0
+    assert bench_grading.main(["--out", str(tmp_path), "--limit", "2", "--only", "quiz_gpu_data_parallel"]) == 0
     results = json.loads((tmp_path / "grading.json").read_text())
     assert results["submissions"] == 2 and results["problems"] == 0
     assert results["ratio"] == pytest.approx(results["nbgrader_sequential_s"] / results["engine_s"])

@@ -170,3 +170,9 @@ def test_bench_quick_writes_the_report(tmp_path):
     ddp = json.loads((tmp_path / "lesson07.json").read_text())
     assert set(ddp["runs"]) >= {"1", "2"} and all(r["identical_weights"] for r in ddp["runs"].values())
     assert "| 2 | cpu (gloo) |" in report
+    acc = json.loads((tmp_path / "accelerator.json").read_text())
+    assert all(rate > 0 for rate in acc["matmul_tflops"].values())
+    assert all(step["ms_per_step"] > 0 for step in acc["resnet18_steps"].values()) and len(acc["resnet18_steps"]) == 2
+    assert "ResNet-18 training step" in report
+    if acc["device"] == "cpu":
+        assert acc["copy_gbps"].startswith("skipped") and "skipped" in report

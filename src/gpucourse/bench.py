@@ -3,8 +3,11 @@
 Lesson 1 (processes, threads and the GIL): speedup against worker count for a GIL-holding,
 a GIL-releasing and a waiting workload, pool start-up per start method, and DataLoader
 throughput against ``num_workers``. Lesson 7 (DDP as scripts): samples per second of the same
-DDP training script on 1 and 2 processes, and on every GPU when there are 2 or more. Writes
-``report.md``, ``lesson01.json``, ``lesson01.png`` and ``lesson07.json``.
+DDP training script on 1 and 2 processes, and on every GPU when there are 2 or more. Lessons 3-5
+on the best device here (a CUDA GPU when there is one): matmul TFLOP/s at aligned and misaligned
+sizes, a ResNet-18 training step in float32 and under autocast (with peak memory on a GPU), and
+pageable vs pinned host-to-GPU bandwidth (GPU only). Writes ``report.md``, ``lesson01.json``,
+``lesson01.png``, ``lesson07.json`` and ``accelerator.json``.
 
     python -m gpucourse.bench --out bench/results [--quick]
 """
@@ -69,6 +72,40 @@ def lesson07(quick: bool) -> dict:
     return {"steps": steps, "per_rank": per_rank, "hidden": hidden, "runs": runs}
 
 
+def accelerator(quick: bool) -> dict:
+    """Lessons 3-5's measurements on the best device here; what needs CUDA says why it was skipped."""
+    import torch
+    import torchvision
+
+    from gpucourse import amp, tensor_cores, transfer
+
+    cuda = torch.cuda.is_available()
+    device = "cuda" if cuda else "cpu"
+    name = torch.cuda.get_device_name(0) if cuda else (platform.processor() or platform.machine())
+    dtype = torch.float16 if cuda else torch.float32
+    base = (1024 if quick else 8192) if cuda else (128 if quick else 512)
+    aligned = tensor_cores.alignment_benchmark(base, dtype, device, min_seconds=0.05 if quick else 0.5)
+
+    batch = (16 if quick else 128) if cuda else (4 if quick else 32)
+    images = torch.randn(batch, 3, 32, 32, device=device)
+    labels = torch.randint(0, 10, (batch,), device=device)
+    low = torch.float16 if cuda else torch.bfloat16
+    steps = {}
+    for label, step_dtype in (("float32", None), (f"autocast {str(low).removeprefix('torch.')}", low)):
+        torch.manual_seed(0)
+        model = torchvision.models.resnet18(num_classes=10).to(device)
+        if cuda:
+            torch.cuda.reset_peak_memory_stats()
+        seconds = amp.train_step_seconds(model, images, labels, step_dtype, steps=2 if quick else 10)
+        steps[label] = {"ms_per_step": 1000 * seconds,
+                        "peak_mib": torch.cuda.max_memory_allocated() / 2**20 if cuda else None}
+
+    copies = ({str(pinned): transfer.copy_gbps(16 if quick else 256, pinned) for pinned in (False, True)}
+              if cuda else "skipped: pinned memory and host-to-GPU copies need an NVIDIA GPU")
+    return {"device": device, "name": name, "matmul_dtype": str(dtype), "matmul_tflops": aligned,
+            "resnet18_batch": batch, "resnet18_steps": steps, "copy_gbps": copies}
+
+
 def _best(rows: list[dict], workload: str, kind: str) -> dict:
     return max((r for r in rows if r["workload"] == workload and r["kind"] == kind), key=lambda r: r["speedup"])
 
@@ -108,6 +145,17 @@ def report(results: dict, seconds: float) -> str:
         lines += [f"| {n} | {r['device']} ({r['backend']}) | {r['samples_per_second']:.0f} | {r['ms_per_step']:.1f} | "
                   f"{'yes' if r['identical_weights'] else 'NO'} |" for n, r in ddp["runs"].items()]
         lines.append("")
+    if "accelerator" in results:
+        acc = results["accelerator"]
+        lines += [f"## Lessons 3-5 on {acc['device']} ({acc['name']})", "",
+                  f"Matmul TFLOP/s, {acc['matmul_dtype']}, square sizes: " + ", ".join(
+                      f"{n}: {t:.3f}" for n, t in acc["matmul_tflops"].items()), "",
+                  f"ResNet-18 training step, batch {acc['resnet18_batch']} of 32x32 images: " + ", ".join(
+                      f"{k} {v['ms_per_step']:.1f} ms" + (f" ({v['peak_mib']:.0f} MiB peak)" if v["peak_mib"] else "")
+                      for k, v in acc["resnet18_steps"].items()), "",
+                  "Host-to-GPU copies: " + (acc["copy_gbps"] if isinstance(acc["copy_gbps"], str) else
+                                            f"pageable {acc['copy_gbps']['False']:.1f} GB/s, pinned {acc['copy_gbps']['True']:.1f} GB/s"),
+                  ""]
     return "\n".join(lines)
 
 
@@ -138,6 +186,8 @@ def main(argv: list[str] | None = None) -> int:
     (args.out / "lesson01.json").write_text(json.dumps(results, indent=2))
     results["lesson07"] = lesson07(args.quick)
     (args.out / "lesson07.json").write_text(json.dumps(results["lesson07"], indent=2))
+    results["accelerator"] = accelerator(args.quick)
+    (args.out / "accelerator.json").write_text(json.dumps(results["accelerator"], indent=2))
     seconds = time.perf_counter() - start
     plot(results, args.out / "lesson01.png")
     text = report(results, seconds)
