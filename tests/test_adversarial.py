@@ -28,9 +28,8 @@ MARKER = f"gpucourse-adversary-{uuid.uuid4().hex}"
 import sandbox  # noqa: E402 - after conftest put autograders/ on the path
 
 # Without namespaces some attacks (kill(-1), a fork bomb) would hit the machine running the tests.
-pytestmark = [pytest.mark.skipif(not sandbox.namespaces_available(),
-                                 reason="the adversarial suite needs the isolated sandbox: root and unshare, as in CI"),
-              pytest.mark.xdist_group("adversarial")]  # one module fixture, so one worker
+pytestmark = pytest.mark.skipif(not sandbox.namespaces_available(),
+                                reason="the adversarial suite needs the isolated sandbox: root and unshare, as in CI")
 
 
 def _released() -> dict:

@@ -22,8 +22,6 @@ import classroom
 from conftest import FIXTURES, ROOT, SOLUTIONS, nbgrader_meta, notebooks, read
 
 
-pytestmark = pytest.mark.xdist_group("grading")  # one module fixture, so one worker
-
 @pytest.fixture(scope="module")
 def graded(tmp_path_factory):
     submissions = tmp_path_factory.mktemp("submitted")

@@ -31,8 +31,6 @@ def _get(url: str) -> tuple[int, str]:
         return error.code, error.read().decode()
 
 
-pytestmark = pytest.mark.xdist_group("lab")  # one module fixture, so one worker
-
 @pytest.fixture(scope="module")
 def lab():
     port = _free_port()
