@@ -39,12 +39,8 @@ lab: install
 
 # GPUCOURSE_SMOKE=1 shrinks epochs and data in every notebook (the text stays the same);
 # GPUCOURSE_OFFLINE=1 writes a small CIFAR-10 instead of downloading it.
-# One pytest worker per core (pytest-xdist): notebooks run next to the grading batches, which keeps
-# both cores busy; each test file stays on one worker (--dist loadfile), so a module fixture such as
-# the graded class is built once.
-PYTEST_WORKERS ?= auto
 test: install
-	GPUCOURSE_SMOKE=1 GPUCOURSE_OFFLINE=1 $(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
+	GPUCOURSE_SMOKE=1 GPUCOURSE_OFFLINE=1 $(BIN)/python -m pytest $(PYTEST_ARGS)
 
 release: install
 	$(BIN)/python autograders/release.py
