@@ -8,6 +8,7 @@ do not give the answer away.
 """
 
 from gpucourse.checks import Case
+from gpucourse.checks.ddp import judge_script_ran
 from gpucourse.checks.lesson01 import observe_choices, observe_ranks  # same observations, stricter judges
 
 EXERCISES = {
@@ -126,11 +127,10 @@ def judge_choices(d):
 # --- average_across_ranks (a 2-process script) ---------------------------------------------
 
 def judge_ranks_in_detail(d):
-    if d["returncode"] != 0:
-        return f"the 2-process script did not finish cleanly (exit {d['returncode']})"
+    ran = judge_script_ran(d)
+    if ran:
+        return ran
     ranks = d["ranks"]
-    if sorted(ranks) != ["0", "1"] or any("rank" not in r for r in ranks.values()):
-        return "every rank must finish and report"
     if any(r["world_size"] != 2 or str(r["rank"]) != k for k, r in ranks.items()):
         return "ranks report the wrong rank or world size"
     for n in ("10", "7"):

@@ -5,8 +5,8 @@ share that launch); the hidden judges look closer at the same records.
 """
 
 from gpucourse.checks import Case
-from gpucourse.checks.lesson07 import (judge_script_ran, judge_synced_metric, observe_average_gradients,
-                                       observe_synced_metrics)
+from gpucourse.checks.ddp import judge_script_ran
+from gpucourse.checks.lesson07 import judge_synced_metric, observe_average_gradients, observe_synced_metrics
 
 EXERCISES = {
     "test_average_gradients": "average_gradients",

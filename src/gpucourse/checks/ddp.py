@@ -122,3 +122,15 @@ def _launch(source: str, world_size: int, driver: str) -> dict:
                 ranks[path.stem.removeprefix("rank")] = {"unreadable": True}
     tail = "\n".join(line for line in log.splitlines() if line.strip())[-1500:]
     return {"returncode": returncode, "ranks": ranks, "tail": tail}
+
+
+def judge_script_ran(d: dict, world_size: int = WORLD_SIZE) -> str | None:
+    """Judge of a launch (``run_exercise_script``'s record): every rank finished and reported, or why not."""
+    if d["returncode"] == "not run":
+        return d["tail"]
+    if d["returncode"] != 0:
+        return f"the {world_size}-process script did not finish (exit {d['returncode']}):\n{d['tail']}"
+    expected = [str(r) for r in range(world_size)]
+    if sorted(d["ranks"]) != expected or any("rank" not in r for r in d["ranks"].values()):
+        return f"expected reports from ranks {', '.join(expected)}, got {sorted(d['ranks'])}"
+    return None

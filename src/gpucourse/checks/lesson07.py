@@ -7,6 +7,7 @@ are what every rank does with the student's code, and each returns that rank's r
 from __future__ import annotations
 
 from gpucourse.checks import Case, register
+from gpucourse.checks.ddp import judge_script_ran
 
 # --- Exercise 1: averaging gradients by hand ------------------------------------------------
 
@@ -56,24 +57,19 @@ def observe_average_gradients(ns):
                                driver="gpucourse.checks.lesson07:drive_average_gradients")
 
 
-def judge_script_ran(d):
-    """Both ranks finished and reported (shared by both exercises)."""
-    if d["returncode"] == "not run":
-        return d["tail"]
-    if d["returncode"] != 0:
-        return f"the 2-process script did not finish (exit {d['returncode']}):\n{d['tail']}"
-    if sorted(d["ranks"]) != ["0", "1"] or any("rank" not in r for r in d["ranks"].values()):
-        return f"expected reports from ranks 0 and 1, got {sorted(d['ranks'])}"
-    return None
-
-
-def _judge_matches_ddp(d):
+def judge_same_weights(d, why):
+    """Both ranks ran and ended with the same weights (``why``: what differing weights mean here)."""
     ran = judge_script_ran(d)
     if ran:
         return ran
+    return why if d["ranks"]["0"]["weights"] != d["ranks"]["1"]["weights"] else None
+
+
+def _judge_matches_ddp(d):
+    same = judge_same_weights(d, "after 3 steps the two ranks hold different weights: their gradients were not the same")
+    if same:
+        return same
     ranks = d["ranks"]
-    if ranks["0"]["weights"] != ranks["1"]["weights"]:
-        return "after 3 steps the two ranks hold different weights: their gradients were not the same"
     if max(r["max_gap_to_ddp"] for r in ranks.values()) > 1e-5:
         return f"the weights differ from DDP's by up to {max(r['max_gap_to_ddp'] for r in ranks.values()):.3g}"
     return None
@@ -135,14 +131,12 @@ def judge_synced_metric(d, name, truth):
 
 
 def _judge_ddp_and_loss(d):
-    ran = judge_script_ran(d)
-    if ran:
-        return ran
+    same = judge_same_weights(d, "the ranks ended with different weights")
+    if same:
+        return same
     ranks = d["ranks"]
     if any(r["world_size"] != 2 for r in ranks.values()):
         return f"the Trainer saw world sizes {[r['world_size'] for r in ranks.values()]}, not 2"
-    if ranks["0"]["weights"] != ranks["1"]["weights"]:
-        return "the ranks ended with different weights"
     return judge_synced_metric(d, "val_loss", "true_val_loss")
 
 
