@@ -1,4 +1,4 @@
-# Two commands: `make lab` (students, instructors) and `make test` (everyone, CI).
+# `make lab` (students), `make formgrader` (instructors) and `make test` (everyone, CI).
 # Every target installs what it needs into .venv first; `make install` is quick once done.
 
 PYTHON ?= python3
@@ -10,15 +10,21 @@ export JUPYTER_CONFIG_PATH := $(CURDIR)/autograders
 # As if the venv were activated: nbgrader and Jupyter start other tools (alembic, kernels) by name.
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: help install lab test release grade bench clean
+.PHONY: help install lab formgrader nbgrader test test-gpu site release publish grade bench full-run clean
 
 help:
-	@echo "make lab       open JupyterLab on course/ (nbgrader Validate + Formgrader)"
+	@echo "make lab       students: copy course/ into work/ (once per file) and open JupyterLab there"
+	@echo "make formgrader [RESULTS=<dir>]   instructors: JupyterLab with Formgrader on the course (or a graded class)"
+	@echo "make nbgrader ARGS=\"<command>\" [RESULTS=<dir>]   any nbgrader command on the course (or a graded class)"
 	@echo "make test      install and run the whole test suite on CPU"
+	@echo "make test-gpu  on an NVIDIA GPU: notebooks and GPU tests, where a skipped CUDA cell is a failure"
+	@echo "make site      run the lessons and render them as HTML: build/site/_build/html/index.html"
 	@echo "make install   create .venv and install (idempotent)"
 	@echo "make release   regenerate course/ from solutions/"
+	@echo "make publish   write the public student edition into build/student-edition/ (edition.toml)"
 	@echo "make grade SUBMISSIONS=<dir> RESULTS=<dir>   grade <student>/<assignment>/<nb>.ipynb"
 	@echo "make bench     measure lessons and grading; reports in bench/results/"
+	@echo "make full-run  run every lesson at full size, timing lessons and their slowest cells (bench/results/full_runs.md)"
 
 $(BIN)/python:
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python >= 3.11 is required; set PYTHON=/path/to/python3.11")'
@@ -26,7 +32,7 @@ $(BIN)/python:
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
 $(STAMP): $(BIN)/python pyproject.toml constraints.txt
-	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[lab,test]"
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[lab,test,darts,site]"
 	@touch $@
 
 install: $(STAMP)
@@ -34,16 +40,49 @@ install: $(STAMP)
 # Containers and Colab-style machines run as root; Jupyter refuses that unless told.
 ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root,)
 
+# Students work in their own copy, WORK (gitignored): `git pull` updates course/ and never touches it.
+# lab/students/ turns off, for this server only, every nbgrader extension but the Validate button.
+WORK ?= work
 lab: install
-	$(BIN)/jupyter lab --ServerApp.root_dir="$(CURDIR)" --LabApp.default_url=/lab/tree/course $(ROOT_FLAG) $(LAB_ARGS)
+	@$(BIN)/python lab/copy_course.py course "$(WORK)"
+	JUPYTER_CONFIG_PATH="$(CURDIR)/lab/students:$(CURDIR)/autograders" \
+	  $(BIN)/jupyter lab --ServerApp.root_dir="$(abspath $(WORK))" --LabApp.default_url=/lab $(ROOT_FLAG) $(LAB_ARGS)
+
+# Instructors: the repository with Formgrader (assignments registered and released first), or with
+# RESULTS=<dir>, the class `make grade` wrote into <dir>/nbgrader, for manual grading.
+COURSE_ROOT = $(if $(RESULTS),$(abspath $(RESULTS))/nbgrader,$(CURDIR))
+formgrader: install
+	@$(BIN)/python autograders/formgrader.py $(if $(RESULTS),--results "$(RESULTS)")
+	cd "$(COURSE_ROOT)" && "$(abspath $(BIN))/jupyter" lab --ServerApp.root_dir="$(COURSE_ROOT)" \
+	  --LabApp.default_url=/lab $(ROOT_FLAG) $(LAB_ARGS)
+
+# Any nbgrader command, from a plain shell, on the course or (RESULTS=<dir>) a graded class.
+nbgrader: install
+	cd "$(COURSE_ROOT)" && "$(abspath $(BIN))/nbgrader" $(ARGS)
 
 # GPUCOURSE_SMOKE=1 shrinks epochs and data in every notebook (the text stays the same);
 # GPUCOURSE_OFFLINE=1 writes a small CIFAR-10 instead of downloading it.
 test: install
 	GPUCOURSE_SMOKE=1 GPUCOURSE_OFFLINE=1 $(BIN)/python -m pytest $(PYTEST_ARGS)
 
+# On a machine with an NVIDIA GPU: every notebook and the GPU tests, where a cell or test that would
+# skip for want of CUDA fails instead (GPUCOURSE_REQUIRE=cuda). Cells needing 2 GPUs skip on one GPU.
+test-gpu: install
+	GPUCOURSE_SMOKE=1 GPUCOURSE_OFFLINE=1 GPUCOURSE_REQUIRE=cuda $(BIN)/python -m pytest -rs \
+	  tests/test_notebooks.py tests/test_accelerator_cells.py tests/test_cuda.py tests/test_transfer.py $(PYTEST_ARGS)
+
+# The rendered course: runs solutions/ (full size; GPUCOURSE_SMOKE=1 for smoke size) into build/executed/,
+# shows each lesson as released with the run's outputs for its non-exercise cells (book/make_book.py).
+site: install
+	$(BIN)/python book/make_book.py $(SITE_ARGS)
+
 release: install
 	$(BIN)/python autograders/release.py
+
+# The student edition (course/, the gpucourse package, a student README), committed and tagged in
+# its own git repository, ready to push to edition.toml's home. PUBLISH_ARGS="--out DIR" elsewhere.
+publish: release
+	$(BIN)/python autograders/publish.py $(PUBLISH_ARGS)
 
 grade: install
 	@if [ -z "$(SUBMISSIONS)" ] || [ -z "$(RESULTS)" ]; then \
@@ -54,5 +93,10 @@ bench: install
 	$(BIN)/python -m gpucourse.bench --out bench/results
 	$(BIN)/python autograders/bench_grading.py --out bench/results
 
+# Every notebook of solutions/ at FULL size (GPUCOURSE_SMOKE=0), as a student's run and nbgrader's
+# Validate see it: wall time per lesson and its slowest cells. GPUCOURSE_OFFLINE=0 downloads CIFAR-10.
+full-run: install
+	$(BIN)/python bench/full_runs.py --out bench/results --offline "$${GPUCOURSE_OFFLINE:-1}" $(FULL_RUN_ARGS)
+
 clean:
-	rm -rf $(VENV) autograders/gradebook.db bench/results .pytest_cache
+	rm -rf $(VENV) autograders/gradebook.db exchange bench/results .pytest_cache

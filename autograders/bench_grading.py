@@ -3,7 +3,8 @@
     python autograders/bench_grading.py --out bench/results [--limit N]
 
 Writes ``grading.json`` and ``grading.md``: both wall times, their ratio, seconds per submission,
-and the sandbox's own start-up cost (an empty program, isolated or not, as the engine would run it).
+the engine's time when it starts a Python per submission instead of forking a preloaded one, and
+the sandbox's own start-up cost (an empty program, isolated or not, as the engine would run it).
 """
 
 from __future__ import annotations
@@ -62,12 +63,16 @@ def main(argv: list[str] | None = None) -> int:
         baseline = nbgrader_sequential(submissions, Path(folder) / "nbgrader-course")
         jobs = os.cpu_count() or 1
         start = time.perf_counter()
+        grade.grade(submissions, Path(folder) / "engine-started-results", jobs=jobs, preload=False)
+        started = time.perf_counter() - start
+        start = time.perf_counter()
         batch = grade.grade(submissions, Path(folder) / "engine-results", jobs=jobs)
         engine = time.perf_counter() - start
     results = {
         "submissions": count, "jobs": jobs, "isolated": sandbox.namespaces_available(),
         "nbgrader_sequential_s": baseline, "engine_s": engine, "ratio": baseline / engine,
         "nbgrader_s_per_submission": baseline / count, "engine_s_per_submission": engine / count,
+        "engine_started_s": started, "engine_started_s_per_submission": started / count,
         "sandbox_overhead_s": sandbox_overhead(), "flagged": len(batch.flagged), "problems": len(batch.problems),
     }
     (args.out / "grading.json").write_text(json.dumps(results, indent=2))
@@ -80,7 +85,8 @@ def main(argv: list[str] | None = None) -> int:
         "| grader | wall time | per submission |",
         "|---|---|---|",
         f"| nbgrader autograde, one after another (public checks only) | {baseline:.1f} s | {baseline / count:.2f} s |",
-        f"| engine (sandboxed, public + hidden checks) | {engine:.1f} s | {engine / count:.2f} s |",
+        f"| engine, a Python started per submission (`--no-preload`) | {started:.1f} s | {started / count:.2f} s |",
+        f"| engine (sandboxed, public + hidden checks; forked from a preloaded Python) | {engine:.1f} s | {engine / count:.2f} s |",
         "",
         f"Ratio: **{results['ratio']:.2f}x**. Sandbox start-up and teardown around an empty program: "
         f"{1000 * results['sandbox_overhead_s']:.0f} ms.",

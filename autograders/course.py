@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import os
+import re
 import sys
+import tomllib
+from dataclasses import dataclass
 from pathlib import Path
 
 from traitlets.config import Config
@@ -13,6 +16,8 @@ HERE = AUTOGRADERS = Path(__file__).resolve().parent
 ROOT = HERE.parent
 SOLUTIONS = ROOT / "solutions"
 COURSE = ROOT / "course"
+EDITION = ROOT / "edition.toml"
+PACKAGE = ROOT / "src" / "gpucourse"
 
 
 def load_config(root: Path | None = None, db: Path | None = None, source: str | None = None,
@@ -44,3 +49,89 @@ def api(config: Config):
     from nbgrader.apps import NbGraderAPI  # slow import: only the drivers need it
 
     return NbGraderAPI(config=config)
+
+
+# --- The student edition: where badges and setup cells point (edition.toml) -----------------------
+
+def package_version(package: Path = PACKAGE) -> str:
+    """``gpucourse.__version__``, read from the source without importing it."""
+    found = re.search(r'^__version__ = "([^"]+)"', (package / "__init__.py").read_text(), re.M)
+    if not found:
+        raise SystemExit(f"no __version__ = \"...\" in {package / '__init__.py'}")
+    return found.group(1)
+
+
+@dataclass(frozen=True)
+class Edition:
+    """The public student edition: its GitHub home (owner/name) and the ref notebooks install from."""
+
+    home: str
+    ref: str
+    version: str
+
+    @property
+    def url(self) -> str:
+        return f"https://github.com/{self.home}"
+
+    @property
+    def install_url(self) -> str:
+        return f"git+{self.url}@{self.ref}"
+
+    def badge_url(self, notebook: str) -> str:
+        """The Colab link of ``notebook`` (``<assignment>/<name>.ipynb``) in the edition's course/."""
+        return f"https://colab.research.google.com/github/{self.home}/blob/{self.ref}/course/{notebook}"
+
+
+def load_edition(path: Path = EDITION, package: Path = PACKAGE) -> Edition:
+    """edition.toml, with ``{version}`` in its ref replaced by the package's version."""
+    table = tomllib.loads(path.read_text()).get("student-edition", {})
+    home = table.get("home", "")
+    if not re.fullmatch(r"[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+", home):
+        raise SystemExit(f"{path}: [student-edition] home must be a GitHub owner/name, not {home!r}")
+    version = package_version(package)
+    ref = str(table.get("ref", "v{version}")).format(version=version)
+    return Edition(home=home, ref=ref, version=version)
+
+
+BADGE = "[![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)]({url})"
+BADGE_LINE = re.compile(r"^\[!\[Open In Colab\]\([^)]*\)\]\([^)]*\)$", re.M)
+SETUP_CELL_ID = "preamble"
+# The first code cell of every notebook (a locked nbgrader cell). It runs before gpucourse exists on
+# Colab, so the part that installs the package is plain Python; gpucourse.install does the rest.
+SETUP_CELL = """\
+# Setup, the same in every notebook: install the course helpers where they are missing (Colab),
+# then seed everything, pick the device and read the smoke setting (GPUCOURSE_SMOKE=1 in CI).
+import importlib.util, os, subprocess, sys
+if importlib.util.find_spec("gpucourse") is None:
+    url = os.environ.get("GPUCOURSE_INSTALL_URL", "{install_url}")
+    print(f"Installing the course helpers from {{url}} (about 15 s, once per runtime)", flush=True)
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", url], check=True)
+    importlib.invalidate_caches()
+    from gpucourse.install import install_missing; install_missing()
+from gpucourse import setup
+S = setup(seed=0)"""
+
+
+def stamp(nb, notebook: str, edition: Edition) -> bool:
+    """Point ``nb``'s Colab badge (first markdown cell) and setup cell at ``edition``; True if changed.
+
+    ``notebook`` is its path inside course/ (``<assignment>/<name>.ipynb``).
+    """
+    first = nb.cells[0] if nb.cells else None
+    if first is None or first.cell_type != "markdown":
+        raise SystemExit(f"{notebook}: the first cell must be markdown holding the Colab badge")
+    badge = BADGE.format(url=edition.badge_url(notebook))
+    if BADGE_LINE.search(first.source):
+        source = BADGE_LINE.sub(lambda _: badge, first.source, count=1)
+    else:
+        source = badge + "\n\n" + first.source
+    changed = source != first.source
+    first.source = source
+    setups = [c for c in nb.cells if c.cell_type == "code"
+              and c.get("metadata", {}).get("nbgrader", {}).get("grade_id") == SETUP_CELL_ID]
+    if len(setups) != 1 or nb.cells.index(setups[0]) != 1:
+        raise SystemExit(f"{notebook}: the second cell must be the setup cell (nbgrader id {SETUP_CELL_ID!r})")
+    code = SETUP_CELL.format(install_url=edition.install_url)
+    changed |= setups[0].source != code
+    setups[0].source = code
+    return changed

@@ -11,6 +11,7 @@ import importlib.util
 import inspect
 import json
 import os
+import queue
 import shutil
 import sys
 import threading
@@ -95,6 +96,8 @@ def _judge(case: public.Case, observation: dict | None) -> str | None:
     if observation is None:
         return "no observation (the run ended before this check)"
     if not observation.get("ok"):
+        if observation.get("answer") is True:  # a missing or mistyped answer: "define `choices` (...)"
+            return str(observation.get("error", "an answer is missing"))
         return f"raised {observation.get('error', 'an error')}"
     try:
         return case.judge(observation.get("data"))
@@ -102,8 +105,38 @@ def _judge(case: public.Case, observation: dict | None) -> str | None:
         return f"unexpected data ({type(error).__name__})"
 
 
+class Preloads:
+    """Preloaded Pythons (sandbox.Preloaded) for the sandboxes, one per grading worker at a time,
+    started on first use: a submission's run is forked from one instead of starting Python and
+    importing torch and Lightning again. ``with Preloads() as preloads:`` stops them afterwards."""
+
+    def __init__(self):
+        self._idle: queue.SimpleQueue[sandbox.Preloaded] = queue.SimpleQueue()
+        self._started: list[sandbox.Preloaded] = []
+        self._lock = threading.Lock()
+
+    def take(self) -> sandbox.Preloaded:
+        try:
+            return self._idle.get_nowait()
+        except queue.Empty:
+            server = sandbox.Preloaded(_env())
+            with self._lock:
+                self._started.append(server)
+            return server
+
+    def give(self, server: sandbox.Preloaded) -> None:
+        self._idle.put(server)
+
+    def __enter__(self) -> "Preloads":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for server in self._started:
+            server.close()
+
+
 def grade_submission(work: Path, student: str, assignment: str, released_path: Path, hide: list[Path],
-                     limits: sandbox.Limits, isolate: bool | None = None) -> Graded:
+                     limits: sandbox.Limits, isolate: bool | None = None, preloads: Preloads | None = None) -> Graded:
     """Everything about one submission except writing it down (see record.py)."""
     checks = load_checks(assignment)
     released = json.loads(released_path.read_text())
@@ -134,9 +167,14 @@ def grade_submission(work: Path, student: str, assignment: str, released_path: P
         sink: list[bytes] = []
         reader = threading.Thread(target=_read_results, args=(read_end, sink), daemon=True)
         reader.start()
-        outcome = sandbox.run([sys.executable, "-m", "gpucourse.checks.runner", str(write_end)], box,
-                              env=_env(), hide=hide, limits=limits, isolate=isolate,
-                              stdin=json.dumps(job).encode(), pass_fds=(write_end,))
+        server = preloads.take() if preloads is not None else None
+        try:
+            outcome = sandbox.run([sys.executable, "-m", "gpucourse.checks.runner", str(write_end)], box,
+                                  env=_env(), hide=hide, limits=limits, isolate=isolate,
+                                  stdin=json.dumps(job).encode(), pass_fds=(write_end,), preloaded=server)
+        finally:
+            if server is not None:
+                preloads.give(server)
         reader.join(timeout=30)
         shutil.rmtree(box, ignore_errors=True)
         records, finished = _records(b"".join(sink))

@@ -20,9 +20,11 @@ unless it is already set: grading needs the exercises' answers, not the lessons'
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import shutil
 import sys
+import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
@@ -31,7 +33,7 @@ from pathlib import Path
 import engine
 import record
 import sandbox
-from course import HERE, ROOT, SOLUTIONS, api, assignments, load_config
+from course import COURSE, HERE, ROOT, SOLUTIONS, api, assignments, load_config
 
 IGNORED = shutil.ignore_patterns(".ipynb_checkpoints", "__pycache__")
 
@@ -103,7 +105,11 @@ def register(nbgrader, batch: Batch) -> None:
 
 
 def _released(work: Path, aid: str) -> Path:
-    notebooks = sorted((work / "release" / aid).glob("*.ipynb"))
+    return _notebook(work / "release" / aid, aid)
+
+
+def _notebook(folder: Path, aid: str) -> Path:
+    notebooks = sorted(folder.glob("*.ipynb"))
     if len(notebooks) != 1:
         raise SystemExit(f"{aid}: the engine grades one notebook per assignment, found {len(notebooks)}")
     return notebooks[0]
@@ -114,31 +120,71 @@ def _eta(done: int, total: int, started: float) -> str:
     return f"{int(remaining // 60)}:{int(remaining % 60):02d}"
 
 
-def autograde(work: Path, batch: Batch, results: Path, submissions: Path, jobs: int,
-              limits: sandbox.Limits) -> list[tuple[str, str]]:
-    """Step 4: every pair in its own sandbox, ``jobs`` at a time; grades written as each one ends."""
-    hide = [work, results, submissions, ROOT / "solutions", ROOT / "autograders", ROOT / "tests", ROOT / ".git"]
+def sandboxed(work: Path, pairs: list[tuple[str, str]], released, hide: list[Path], jobs: int,
+              limits: sandbox.Limits, preload: bool = True):
+    """Every pair in its own sandbox, ``jobs`` at a time: yields (student, assignment, Graded or the
+    grader's exception) as each one ends. ``released(assignment)`` is the released notebook's path.
+
+    ``preload``: fork each sandbox from a preloaded Python per worker (engine.Preloads) instead of
+    starting Python and importing torch for every submission."""
     isolate = sandbox.namespaces_available()
-    graded, started, total = [], time.perf_counter(), len(batch.pairs)
-    with ThreadPoolExecutor(max_workers=jobs) as pool:
-        futures = {pool.submit(engine.grade_submission, work, student, aid, _released(work, aid), hide, limits, isolate):
-                   (student, aid) for student, aid in batch.pairs}
-        for done, future in enumerate(as_completed(futures), 1):
+    with (engine.Preloads() if preload else contextlib.nullcontext()) as preloads, \
+            ThreadPoolExecutor(max_workers=jobs) as pool:  # every worker done before the preloaded Pythons stop
+        futures = {pool.submit(engine.grade_submission, work, student, aid, released(aid), hide, limits, isolate,
+                               preloads): (student, aid) for student, aid in pairs}
+        for future in as_completed(futures):
             student, aid = futures[future]
             try:
-                result = future.result()
-                record.write(work, _released(work, aid), result, results / "logs")
+                yield student, aid, future.result()
             except Exception as error:  # a grader fault on one submission never stops the batch
-                batch.problem(student, aid, f"could not be graded: {type(error).__name__}: {error}")
-                continue
-            graded.append((student, aid))
-            if result.flags or result.notes:
-                batch.flagged.append(f"{student}/{aid}: " + "; ".join(result.flags + result.notes))
-            score = f"{sum(result.scores.values()):g}/{sum(result.max_scores.values()):g}"
-            bar = "#" * (20 * done // total) + "." * (20 - 20 * done // total)
-            print(f"[{bar}] {done}/{total} {student}/{aid} {score}{' FLAGGED' if result.flags else ''}"
-                  f"  ETA {_eta(done, total, started)}", flush=True)
+                yield student, aid, error
+
+
+def autograde(work: Path, batch: Batch, results: Path, submissions: Path, jobs: int,
+              limits: sandbox.Limits, preload: bool = True) -> list[tuple[str, str]]:
+    """Step 4: every pair in its own sandbox, ``jobs`` at a time; grades written as each one ends."""
+    hide = [work, results, submissions, ROOT / "solutions", ROOT / "autograders", ROOT / "tests", ROOT / ".git"]
+    graded, started, total = [], time.perf_counter(), len(batch.pairs)
+    ended = sandboxed(work, batch.pairs, lambda aid: _released(work, aid), hide, jobs, limits, preload)
+    for done, (student, aid, result) in enumerate(ended, 1):
+        try:
+            if isinstance(result, Exception):
+                raise result
+            record.write(work, _released(work, aid), result, results / "logs")
+        except Exception as error:  # a grader fault on one submission never stops the batch
+            batch.problem(student, aid, f"could not be graded: {type(error).__name__}: {error}")
+            continue
+        graded.append((student, aid))
+        if result.flags or result.notes:
+            batch.flagged.append(f"{student}/{aid}: " + "; ".join(result.flags + result.notes))
+        score = f"{sum(result.scores.values()):g}/{sum(result.max_scores.values()):g}"
+        bar = "#" * (20 * done // total) + "." * (20 - 20 * done // total)
+        print(f"[{bar}] {done}/{total} {student}/{aid} {score}{' FLAGGED' if result.flags else ''}"
+              f"  ETA {_eta(done, total, started)}", flush=True)
     return graded
+
+
+def engine_only(submissions: Path, jobs: int | None = None, limits: sandbox.Limits = sandbox.Limits(),
+                preload: bool = True) -> tuple[Batch, dict[tuple[str, str], engine.Graded]]:
+    """The engine alone on a class: each submission sandboxed and judged exactly as ``grade`` does,
+    against course/'s released notebooks, without nbgrader (no gradebook, feedback or CSV export).
+    For checking many answers quickly (the test suite's fixtures); ``grade`` is the instructors' tool."""
+    submissions = submissions.resolve()
+    batch = discover(submissions, assignments(SOLUTIONS))
+    graded: dict[tuple[str, str], engine.Graded] = {}
+    with tempfile.TemporaryDirectory(prefix="gpucourse-engine-") as folder:
+        work = Path(folder)
+        for student, aid in batch.pairs:
+            shutil.copytree(submissions / student / aid, work / "submitted" / student / aid, ignore=IGNORED, symlinks=True)
+        hide = [work, submissions, ROOT / "solutions", ROOT / "autograders", ROOT / "tests", ROOT / ".git"]
+        released = {aid: _notebook(COURSE / aid, aid) for _, aid in batch.pairs}
+        for student, aid, result in sandboxed(work, batch.pairs, released.__getitem__, hide,
+                                              jobs or os.cpu_count() or 1, limits, preload):
+            if isinstance(result, Exception):
+                batch.problem(student, aid, f"could not be graded: {type(result).__name__}: {result}")
+            else:
+                graded[(student, aid)] = result
+    return batch, graded
 
 
 def feedback(nbgrader, graded: list[tuple[str, str]], work: Path, out: Path, batch: Batch) -> None:
@@ -167,7 +213,7 @@ def export(config, destination: Path) -> None:
 
 
 def grade(submissions: Path, results: Path, solutions: Path = SOLUTIONS, only_student: str | None = None,
-          jobs: int | None = None, limits: sandbox.Limits = sandbox.Limits()) -> Batch:
+          jobs: int | None = None, limits: sandbox.Limits = sandbox.Limits(), preload: bool = True) -> Batch:
     """Run the steps; returns what was graded, flagged and could not be graded."""
     submissions, results = submissions.resolve(), results.resolve()
     os.environ.setdefault("GPUCOURSE_SMOKE", "1")
@@ -178,7 +224,7 @@ def grade(submissions: Path, results: Path, solutions: Path = SOLUTIONS, only_st
     config = load_config(root=work, db=work / "gradebook.db", source="source", release="release")
     nbgrader = api(config)
     register(nbgrader, batch)
-    graded = autograde(work, batch, results, submissions, jobs or os.cpu_count() or 1, limits)
+    graded = autograde(work, batch, results, submissions, jobs or os.cpu_count() or 1, limits, preload)
     feedback(nbgrader, graded, work, results / "feedback", batch)
     export(config, results / "grades.csv")
     (results / "problems.txt").write_text("".join(f"{p}\n" for p in batch.problems))
@@ -193,8 +239,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--results", type=Path, required=True)
     parser.add_argument("--student", help="regrade only this student")
     parser.add_argument("--jobs", type=int, help="submissions graded at once (default: one per core)")
+    parser.add_argument("--no-preload", action="store_true",
+                        help="start Python for every submission instead of forking it from a preloaded one")
     args = parser.parse_args(argv)
-    batch = grade(args.submissions, args.results, only_student=args.student, jobs=args.jobs)
+    batch = grade(args.submissions, args.results, only_student=args.student, jobs=args.jobs, preload=not args.no_preload)
     print(f"graded {len(batch.pairs)} submission(s); grades in {args.results / 'grades.csv'}")
     for line in sorted(batch.flagged):
         print(f"  flagged: {line}")

@@ -17,6 +17,9 @@ c.CourseDirectory.root = os.path.dirname(HERE)
 c.CourseDirectory.source_directory = "solutions"
 c.CourseDirectory.release_directory = "course"
 c.CourseDirectory.db_url = "sqlite:///" + os.path.join(HERE, "gradebook.db")
+# The course's exchange (gitignored): `make formgrader` releases course/ there, so Formgrader shows
+# each assignment as released. On a shared JupyterHub, point it at the exchange students fetch from.
+c.Exchange.root = os.path.join(os.path.dirname(HERE), "exchange")
 
 c.ClearSolutions.code_stub = {"python": "# YOUR CODE HERE\nraise NotImplementedError()"}
 c.ClearSolutions.text_stub = "YOUR ANSWER HERE"

@@ -1,23 +1,57 @@
-"""`make release`: regenerate course/ from solutions/ with nbgrader's generate_assignment."""
+"""`make release`: regenerate course/ from solutions/ with nbgrader's generate_assignment.
+
+Before nbgrader runs, every notebook's Colab badge and setup cell are stamped from edition.toml
+(the public student edition's home and ref), in solutions/ and so in course/.
+"""
 
 from __future__ import annotations
 
 import argparse
+import re
 import shutil
 import sys
 import tempfile
 from pathlib import Path
 
-from course import COURSE, ROOT, SOLUTIONS, api, assignments, load_config
+import nbformat
+
+from course import COURSE, EDITION, ROOT, SOLUTIONS, Edition, api, assignments, load_config, load_edition, stamp
 
 
-def release(solutions: Path = SOLUTIONS, course: Path = COURSE, only: str | None = None) -> list[str]:
+def stamp_notebooks(solutions: Path, edition: Edition, ids: list[str]) -> list[Path]:
+    """Stamp the badge and setup cell of ``ids``' notebooks in ``solutions`` in place; returns those changed."""
+    changed = []
+    for aid in ids:
+        for path in sorted((solutions / aid).glob("*.ipynb")):
+            nb = nbformat.read(path, as_version=4)  # read, stamp, write: nothing held in between
+            if stamp(nb, path.relative_to(solutions).as_posix(), edition):
+                nbformat.write(nb, path)
+                changed.append(path)
+    return changed
+
+
+def stamp_pyproject(pyproject: Path, edition: Edition) -> bool:
+    """Point pyproject.toml's ``Repository`` URL at ``edition``; True if it changed."""
+    text = pyproject.read_text()
+    new, count = re.subn(r'^Repository = ".*"$', f'Repository = "{edition.url}"', text, flags=re.M)
+    if count != 1:
+        raise SystemExit(f"{pyproject}: expected one Repository = \"...\" line under [project.urls]")
+    if new != text:
+        pyproject.write_text(new)
+    return new != text
+
+
+def release(solutions: Path = SOLUTIONS, course: Path = COURSE, only: str | None = None,
+            edition: Edition | None = None, stamp_sources: bool = False) -> list[str]:
     """Write ``course/<assignment>/`` for every assignment in ``solutions``; returns their ids.
 
     nbgrader needs one course root holding both folders, so the work happens in a temporary
     root and the result replaces ``course`` only when every assignment succeeded. ``only``
-    regenerates one assignment and leaves the others' releases as they are.
+    regenerates one assignment and leaves the others' releases as they are. The release is
+    always stamped from ``edition`` (edition.toml by default); ``stamp_sources`` stamps the
+    notebooks in ``solutions`` too (`make release` does, so both folders carry it).
     """
+    edition = edition or load_edition()
     ids = assignments(solutions)
     if not ids:
         raise SystemExit(f"no assignments (folders with notebooks) in {solutions}")
@@ -25,9 +59,12 @@ def release(solutions: Path = SOLUTIONS, course: Path = COURSE, only: str | None
         if only not in ids:
             raise SystemExit(f"no assignment {only!r} in {solutions}; there are: {', '.join(ids)}")
         ids = [only]
+    if stamp_sources:
+        stamp_notebooks(solutions, edition, ids)
     with tempfile.TemporaryDirectory(prefix="gpucourse-release-") as tmp:
         work = Path(tmp)
         shutil.copytree(solutions, work / "source", ignore=shutil.ignore_patterns(".ipynb_checkpoints", "__pycache__"))
+        stamp_notebooks(work / "source", edition, ids)
         nbgrader = api(load_config(root=work, db=work / "gradebook.db", source="source", release="release"))
         for aid in ids:
             result = nbgrader.generate_assignment(aid, force=True, create=True)
@@ -47,9 +84,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--solutions", type=Path, default=SOLUTIONS)
     parser.add_argument("--course", type=Path, default=COURSE)
     parser.add_argument("--only", help="regenerate this assignment only")
+    parser.add_argument("--edition", type=Path, default=EDITION, help="the student edition's config (edition.toml)")
     args = parser.parse_args(argv)
-    ids = release(args.solutions, args.course, args.only)
+    edition = load_edition(args.edition)
+    ids = release(args.solutions, args.course, args.only, edition=edition, stamp_sources=True)
+    stamp_pyproject(ROOT / "pyproject.toml", edition)
     print(f"released {len(ids)} assignment(s) into {args.course.relative_to(ROOT) if args.course.is_relative_to(ROOT) else args.course}: {', '.join(ids)}")
+    print(f"badges, setup cells and pyproject's URL point at {edition.url} @ {edition.ref}")
     return 0
 
 

@@ -13,11 +13,14 @@ with no capabilities. ``Isolation.describe()`` says which of the two applied.
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import os
 import resource
 import shlex
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -47,6 +50,7 @@ class Outcome:
     timed_out: bool
     isolated: bool
     notes: list[str] = field(default_factory=list)
+    forked: bool = False  # from a preloaded Python (Preloaded), not a new interpreter
 
     @property
     def truncated(self) -> bool:
@@ -118,14 +122,17 @@ def _needed_folders() -> list[Path]:
     return list(dict.fromkeys(f.resolve() for f in folders))
 
 
-def _isolated_command(command: list[str], workdir: Path, hide: list[Path], limits: Limits) -> list[str]:
-    """Wrap ``command``: namespaces, the work folder at /mnt, tmpfs over hidden folders, then nobody.
+def _mount_script(workdir: Path, hide: list[Path], proc: bool = False) -> list[str]:
+    """Shell lines run as root inside the new namespaces: the work folder at /mnt, tmpfs over hidden
+    folders and /tmp, loopback up. ``proc``: mount the PID namespace's own /proc first (what
+    ``unshare --mount-proc`` does; the preloaded path has no ``unshare`` command to do it).
 
     The new network namespace has only a loopback interface, brought up so that the code can use
     127.0.0.1 among its own processes (gloo needs it); nothing outside the namespace is reachable.
     """
     # Bind the work folder first: the tmpfs mounts below may cover the folder it lives in.
-    script = ["set -e", "mount --make-rprivate /", f"mount --bind {shlex.quote(str(workdir))} /mnt", "ip link set lo up"]
+    script = ["set -e", "mount --make-rprivate /"] + (["mount -t proc -o nosuid,noexec,nodev proc /proc"] if proc else [])
+    script += [f"mount --bind {shlex.quote(str(workdir))} /mnt", "ip link set lo up"]
     keep, restore = _keep_reachable(_needed_folders(), masked=["/tmp"])
     script += keep
     script.append("mount -t tmpfs -o mode=1777 gpucourse-tmp /tmp")
@@ -133,8 +140,13 @@ def _isolated_command(command: list[str], workdir: Path, hide: list[Path], limit
     for path in hide:  # a folder under /tmp is gone already: the namespace has its own /tmp
         quoted = shlex.quote(str(path))
         script.append(f"[ ! -d {quoted} ] || mount -t tmpfs -o size=1m,mode=0755 gpucourse-hidden {quoted}")
-    script += [
-        "mount -t tmpfs -o mode=1777 gpucourse-shm /dev/shm",
+    script.append("mount -t tmpfs -o mode=1777 gpucourse-shm /dev/shm")
+    return script
+
+
+def _isolated_command(command: list[str], workdir: Path, hide: list[Path], limits: Limits) -> list[str]:
+    """Wrap ``command``: namespaces, the mounts of ``_mount_script``, then nobody in /mnt."""
+    script = _mount_script(workdir, hide) + [
         "cd /mnt",
         "exec setpriv --reuid={0} --regid={0} --clear-groups --no-new-privs --inh-caps=-all "
         "prlimit --nproc={1} -- {2}".format(NOBODY, limits.processes, shlex.join(command)),
@@ -151,29 +163,121 @@ def _drain(stream, limits: Limits, kept: list[bytes], counted: list[int]) -> Non
             kept.append(chunk[:room])
 
 
+class Preloaded:
+    """A preloaded Python (autograders/preload.py) that forks each run instead of starting Python.
+
+    One per grading worker, one run at a time. It is started with the environment its runs get
+    (the engine's scrubbed one), imports torch, Lightning and the course's checks once, and then
+    serves ``run(..., preloaded=this)`` for programs started as ``[sys.executable, ...]`` with that
+    environment; anything else, or a server that could not start, falls back to starting Python.
+    """
+
+    def __init__(self, env: dict[str, str]):
+        self.env = dict(env)
+        self.why = ""
+        self._ready: bool | None = None
+        self._sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        with theirs:
+            self._process = subprocess.Popen([sys.executable, "-c", "import preload; preload.main()", str(theirs.fileno())],
+                                             env=self.env, cwd=Path(__file__).parent, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                             stderr=subprocess.DEVNULL, pass_fds=(theirs.fileno(),), start_new_session=True)
+
+    def _receive(self, timeout: float | None) -> dict | None:
+        self._sock.settimeout(timeout)
+        try:
+            message = self._sock.recv(1 << 16)
+        finally:
+            self._sock.settimeout(None)
+        if not message:
+            raise ConnectionError("the preloaded Python is gone")
+        return json.loads(message)
+
+    def usable(self) -> bool:
+        """Waits for the imports on first call; whether runs can be forked from it."""
+        if self._ready is None:
+            try:
+                answer = self._receive(timeout=600)
+                self._ready, self.why = bool(answer.get("ready")), str(answer.get("why", ""))
+            except (OSError, ValueError, AttributeError) as error:
+                self._ready, self.why = False, f"{type(error).__name__}: {error}"
+        return self._ready and self._process.poll() is None
+
+    def start(self, command: list[str], workdir: Path, env: dict[str, str], hide: list[Path], limits: Limits,
+              isolate: bool, pass_fds: tuple[int, ...]) -> "_Forked | None":
+        """Fork ``command`` as ``run`` would start it; None if this server cannot (then start Python)."""
+        if command[:1] != [sys.executable] or env != self.env or not self.usable():
+            return None
+        request = {"command": command, "workdir": str(workdir), "env": env, "isolate": isolate,
+                   "limits": dataclasses.asdict(limits), "pass_fds": list(pass_fds),
+                   "script": "\n".join(_mount_script(workdir, hide, proc=True)) if isolate else ""}
+        stdin_r, stdin_w = os.pipe()
+        stdout_r, stdout_w = os.pipe()
+        try:
+            socket.send_fds(self._sock, [json.dumps(request).encode()], [stdin_r, stdout_w, *pass_fds])
+            pid = self._receive(timeout=60)["pid"]
+        except (OSError, ValueError, KeyError, TypeError) as error:
+            self._ready, self.why = False, f"{type(error).__name__}: {error}"
+            for fd in (stdin_w, stdout_r):
+                os.close(fd)
+            return None
+        finally:
+            os.close(stdin_r)
+            os.close(stdout_w)
+        return _Forked(self, pid, os.fdopen(stdin_w, "wb"), os.fdopen(stdout_r, "rb"))
+
+    def close(self) -> None:
+        self._sock.close()  # the server sees EOF and exits
+        try:
+            self._process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self._process.kill()
+            self._process.wait()
+
+
+class _Forked:
+    """The part of ``subprocess.Popen`` that ``run`` uses, for a child of a preloaded Python."""
+
+    def __init__(self, server: Preloaded, pid: int, stdin, stdout):
+        self.server, self.pid, self.stdin, self.stdout, self.returncode = server, pid, stdin, stdout, None
+
+    def wait(self, timeout: float | None = None) -> int:
+        if self.returncode is None:
+            try:
+                self.returncode = int(self.server._receive(timeout)["status"])
+            except socket.timeout:
+                raise subprocess.TimeoutExpired("preloaded run", timeout) from None
+            except (OSError, ValueError, KeyError, TypeError) as error:  # the server died: no more runs from it
+                self.server._ready, self.server.why = False, f"{type(error).__name__}: {error}"
+                self.returncode = -signal.SIGKILL
+        return self.returncode
+
+
 def run(command: list[str], workdir: Path, *, env: dict[str, str] | None = None, hide: list[Path] = (),
         limits: Limits = Limits(), isolate: bool | None = None, stdin: bytes = b"",
-        pass_fds: tuple[int, ...] = ()) -> Outcome:
+        pass_fds: tuple[int, ...] = (), preloaded: Preloaded | None = None) -> Outcome:
     """Run ``command`` in ``workdir`` under ``limits``; never raises for what the code does.
 
     ``workdir`` becomes the code's current folder (``/mnt`` when isolated) and is handed to
     ``nobody`` when isolated. ``hide`` lists folders the code must not read (isolated only).
-    ``pass_fds`` are given to the code and closed here.
+    ``pass_fds`` are given to the code and closed here. ``preloaded``: fork a Python ``command``
+    from that server (same sandbox, no interpreter start-up) when it can.
     """
     isolate = namespaces_available() if isolate is None else isolate
+    env = env if env is not None else {"PATH": os.defpath}
     notes = []
     if isolate:
         os.chown(workdir, NOBODY, NOBODY)
         for path in workdir.rglob("*"):
             os.chown(path, NOBODY, NOBODY, follow_symlinks=False)
-        full = _isolated_command(command, workdir, list(hide), limits)
     else:
-        full = command
         notes.append("not isolated: namespaces need root and unshare; limits and process-group kill only")
     start = time.perf_counter()
-    proc = subprocess.Popen(full, cwd=workdir, env=env if env is not None else {"PATH": os.defpath},
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            preexec_fn=_limit_resources(limits), pass_fds=pass_fds, close_fds=True)
+    proc = preloaded.start(command, workdir, env, list(hide), limits, isolate, pass_fds) if preloaded else None
+    if proc is None:
+        full = _isolated_command(command, workdir, list(hide), limits) if isolate else command
+        proc = subprocess.Popen(full, cwd=workdir, env=env,
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                preexec_fn=_limit_resources(limits), pass_fds=pass_fds, close_fds=True)
     for fd in pass_fds:  # handed over: the child holds them now, and readers must see EOF when it exits
         os.close(fd)
     kept: list[bytes] = []
@@ -192,12 +296,15 @@ def run(command: list[str], workdir: Path, *, env: dict[str, str] | None = None,
         timed_out = True
         notes.append(f"killed after {limits.wall_seconds:.0f} s of wall time")
     _kill_group(proc)
+    if isinstance(proc, _Forked) and proc.returncode is None:  # its end was never reported: never reuse that server
+        proc.server._ready, proc.server.why = False, "a run's end was not reported"
     reader.join(timeout=10)
     if counted[0] > limits.output_bytes:
         notes.append(f"output cut at {limits.output_bytes} of {counted[0]} bytes")
     return Outcome(returncode=None if timed_out else proc.returncode,
                    output=b"".join(kept).decode(errors="replace"), output_bytes=counted[0],
-                   seconds=time.perf_counter() - start, timed_out=timed_out, isolated=isolate, notes=notes)
+                   seconds=time.perf_counter() - start, timed_out=timed_out, isolated=isolate, notes=notes,
+                   forked=isinstance(proc, _Forked))
 
 
 def _kill_group(proc: subprocess.Popen) -> None:

@@ -47,8 +47,60 @@ def test_data_module_has_pl_bolts_constructor_and_splits(tmp_path, monkeypatch):
     images, labels = next(iter(dm.train_dataloader()))
     assert images.shape == (8, 3, 32, 32) and labels.shape == (8,)
     assert abs(float(images.mean())) < 2  # normalized
+
+
+def test_data_module_takes_the_original_call_unchanged_offline(tmp_path, monkeypatch, capsys):
+    """The original material's call, with pl_bolts' default val_split=5000, on the small generated copy."""
+    monkeypatch.setenv(amp.OFFLINE_ENV, "1")
+    dm = amp.CIFAR10DataModule(data_dir=str(tmp_path), shuffle=True, num_workers=0, normalize=True, batch_size=8)
+    dm.prepare_data()
+    dm.setup()
+    assert (len(dm.dataset_train), len(dm.dataset_val), len(dm.dataset_test)) == (450, 50, 100)
+    lines = [line for line in capsys.readouterr().out.splitlines() if "val_split" in line]
+    assert len(lines) == 1 and "val_split=5000" in lines[0] and "50" in lines[0]
+    images, labels = next(iter(dm.train_dataloader()))
+    assert images.shape == (8, 3, 32, 32) and labels.shape == (8,)
+    assert len(dm.val_dataloader()) == 7  # 50 images in batches of 8
+    for val_split, n_val in [(50_000, 499), (1, 1), (0, 0), (0.5, 250)]:  # scaled and capped, never failing
+        dm = amp.CIFAR10DataModule(data_dir=str(tmp_path), val_split=val_split)
+        dm.setup()
+        assert (len(dm.dataset_train), len(dm.dataset_val)) == (500 - n_val, n_val)
+
+
+def test_validation_split_keeps_pl_bolts_behaviour_on_the_real_dataset(capsys):
+    assert amp.validation_size(5000, 50_000, generated=False) == 5000  # pl_bolts: an int is a count
+    assert amp.validation_size(0.1, 50_000, generated=False) == 5000  # a float is a fraction
+    assert amp.validation_size(5000, 50_000, generated=True) == 5000  # a full-size copy is not scaled
+    assert capsys.readouterr().out == ""
     with pytest.raises(ValueError, match="leaves no training data"):
-        amp.CIFAR10DataModule(data_dir=str(tmp_path), val_split=5000).setup()
+        amp.validation_size(50_000, 50_000, generated=False)
+    with pytest.raises(ValueError, match="leaves no training data"):
+        amp.validation_size(5000, 500, generated=False)  # only a generated copy is scaled
+    with pytest.raises(ValueError):
+        amp.validation_size(1.5, 500, generated=True)
+
+
+def test_autocast_choice_follows_the_hardware(monkeypatch):
+    for avx512_bf16, amx, native in [(False, False, False), (True, False, True), (False, True, True)]:
+        monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda v=avx512_bf16: v)
+        monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda v=amx: v)
+        choice = amp.autocast_choice(torch.device("cpu"))
+        assert (choice.device_type, choice.dtype, choice.native, choice.needs_scaler) == ("cpu", torch.bfloat16, native, False)
+        assert ("emulated" in choice.reason) != native
+        assert amp.autocast_dtype("cpu") == (torch.bfloat16 if native else None)
+
+
+def test_autocast_choice_on_a_gpu(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "Test GPU")
+    for capability, bf16, prefer, expected, native in [((8, 0), True, torch.float16, torch.float16, True),
+                                                       ((8, 0), True, torch.bfloat16, torch.bfloat16, True),
+                                                       ((7, 0), False, torch.bfloat16, torch.float16, True),
+                                                       ((6, 1), False, torch.float16, torch.float16, False)]:
+        monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None, c=capability: c)
+        monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda including_emulation=True, b=bf16: b)
+        choice = amp.autocast_choice("cuda", prefer=prefer)
+        assert (choice.dtype, choice.native, choice.needs_scaler) == (expected, native, expected == torch.float16)
+        assert "Test GPU" in choice.reason
 
 
 def test_formats_and_autocast_table():

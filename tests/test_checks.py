@@ -10,7 +10,7 @@ import sys
 import pytest
 
 import assemble
-from conftest import COURSE
+from conftest import AUTOGRADERS, COURSE, read
 from gpucourse import checks
 from gpucourse.checks import ddp
 
@@ -30,20 +30,135 @@ def test_check_passes_and_prints(capsys):
     assert "✓ kind='cpu' runs in other processes" in out and "all 3 public checks passed" in out
 
 
-def test_check_fails_with_every_reason():
+def test_check_fails_with_every_reason(capsys):
     def threads_only(fn, items, kind, workers=None):
         return [fn(x) for x in items]
 
-    with pytest.raises(AssertionError, match="1 of 3 public checks failed") as failure:
+    with pytest.raises(checks.CheckFailed, match="1 of 3 public checks failed") as failure:
         checks.check("parallel_map", {"parallel_map": threads_only})
-    assert "use processes for GIL-bound work" in str(failure.value)
+    assert isinstance(failure.value, AssertionError)  # plain Python and pytest see a failed assertion
+    assert "\n" not in str(failure.value), "one summary line: the reasons are the ✗ lines above it"
+    assert "use processes for GIL-bound work" in failure.value.failures[0]
+    out = capsys.readouterr().out
+    assert "✗ kind='cpu' runs in other processes: ran in this process: use processes for GIL-bound work" in out
 
 
-def test_check_reports_a_missing_answer_and_unknown_exercises():
-    with pytest.raises(AssertionError, match="raised KeyError"):
+def test_check_reports_a_missing_answer_and_unknown_exercises(capsys):
+    with pytest.raises(checks.CheckFailed):
         checks.check("choose_tools", {})
+    out = capsys.readouterr().out
+    assert "✗ one known tool for each of a-f: define `choices` (a dict from each workload key" in out
+    assert "KeyError" not in out and "raised" not in out
     with pytest.raises(KeyError, match="known: "):
         checks.check("no_such_exercise", {})
+
+
+def _all_exercises() -> dict[str, tuple[checks.Answer, ...]]:
+    checks.public_cases("parallel_map")  # imports every lesson's module
+    return checks.ANSWERS
+
+
+def test_every_exercise_declares_its_answers():
+    declared = _all_exercises()
+    assert set(declared) == set(checks.PUBLIC), f"exercises without declared answers: {set(checks.PUBLIC) - set(declared)}"
+    names = [a.name for answers in declared.values() for a in answers]
+    assert len(names) == len(set(names)), "an answer's name must be unique across the course (answer() looks it up)"
+    for answers in declared.values():
+        assert answers and all(a.kind in checks.KINDS and a.describes for a in answers)
+
+
+def _exercise_cells(nb) -> list[tuple[str, str, str]]:
+    """(exercise, its text, its stub) for every check cell of a released notebook: the stub is the answer
+    cell above the check cell, the text every markdown cell between the previous check cell and the stub."""
+    found, start = [], 0
+    for index, cell in enumerate(nb.cells):
+        meta = cell.get("metadata", {}).get("nbgrader", {})
+        if cell.cell_type == "code" and meta.get("grade") and not meta.get("solution"):
+            exercise = cell.source.split('check("')[1].split('"')[0]
+            above = nb.cells[start:index]
+            stubs = [c for c in above if c.cell_type == "code" and c.get("metadata", {}).get("nbgrader", {}).get("solution")]
+            text = "\n".join(c.source for c in above if c.cell_type == "markdown")
+            found.append((exercise, text, stubs[-1].source if stubs else ""))
+            start = index + 1
+    return found
+
+
+def test_answers_are_named_in_every_released_exercise_text_and_stub():
+    declared = _all_exercises()
+    seen = set()
+    for path in sorted(COURSE.glob("*/*.ipynb")):
+        for exercise, text, stub in _exercise_cells(read(path)):
+            seen.add(exercise)
+            assert exercise in declared, f"{path.name}: check({exercise!r}) has no declared answers"
+            for answer in declared[exercise]:
+                where = f"{path.parent.name}, exercise {exercise!r}"
+                assert answer.line() in text, f"{where}: the exercise text must say: {answer.line()}"
+                assert f"# The grader reads {answer.line()}" in stub, f"{where}: the stub must say: {answer.line()}"
+    assert seen == set(declared), f"declared but never checked in a notebook: {set(declared) - seen}"
+
+
+def test_a_wrong_type_says_what_it_must_be(capsys):
+    with pytest.raises(checks.CheckFailed):
+        checks.check("choose_tools", {"choices": [("a", "threads")]})
+    assert "`choices` must be a dict; got list" in capsys.readouterr().out
+    with pytest.raises(checks.CheckFailed):
+        checks.check("sync_lines", {"sync_lines": "4, 6"})
+    assert "`sync_lines` must be a set; got str" in capsys.readouterr().out
+    with pytest.raises(checks.CheckFailed):
+        checks.check("q3", {"q3": 2})
+    assert "`q3` must be a str; got int" in capsys.readouterr().out
+
+
+def test_every_check_public_and_hidden_says_what_to_define():
+    """On an empty notebook every case, public or hidden, of every assignment asks for its answer by name."""
+    import engine
+
+    _all_exercises()
+    for path in sorted(AUTOGRADERS.glob("checks/*.py")):
+        hidden = engine.load_checks(path.stem)
+        for test, exercise in hidden.EXERCISES.items():
+            names = [a.name for a in checks.ANSWERS[exercise]]
+            for case_id, case in engine.cases_for(hidden, exercise):
+                message = checks.run_case(case, {})
+                assert message and any(f"define `{name}` (" in message for name in names), (path.stem, case_id, message)
+                assert "KeyError" not in message and "raised" not in message, (path.stem, case_id, message)
+
+
+def test_the_grader_reports_a_missing_answer_in_the_same_words():
+    import engine
+
+    observer = "def observe(ns):\n    from gpucourse.checks import answer\n    return answer(ns, 'choices')\n"
+    records = _run_runner({"cells": [{"source": "chioces = {}", "grade_id": "choose_tools"}],
+                           "observers": [{"case": "c", "source": observer, "function": "observe"}],
+                           "cell_seconds": 30, "observe_seconds": 30})
+    observation = next(r for r in records if r["type"] == "observation")
+    case = checks.public_cases("choose_tools")[0]
+    expected = checks.declared("choices").missing()
+    assert observation["answer"] is True and engine._judge(case, observation) == expected
+    assert engine._judge(case, {"ok": False, "error": "KeyError: 'x'"}) == "raised KeyError: 'x'"
+
+
+def test_a_failed_check_is_one_error_line_in_a_kernel_and_still_fails_the_cell(tmp_path):
+    """In Jupyter a failed check ends the cell with an error output (what Validate and autograding count)
+    whose traceback is one line, with no path into the package."""
+    import nbformat
+    from nbclient import NotebookClient
+    from nbgrader.utils import determine_grade
+
+    nb = nbformat.v4.new_notebook()
+    cell = nbformat.v4.new_code_cell('from gpucourse.checks import check\ncheck("choose_tools")')
+    cell.metadata["nbgrader"] = {"grade": True, "solution": False, "locked": True, "grade_id": "test_choose_tools",
+                                 "points": 2, "schema_version": 3, "task": False}
+    nb.cells = [cell]
+    NotebookClient(nb, timeout=120, kernel_name="python3", allow_errors=True,
+                   resources={"metadata": {"path": str(tmp_path)}}).execute()
+    errors = [o for o in cell.outputs if o["output_type"] == "error"]
+    printed = "".join(o.get("text", "") for o in cell.outputs if o["output_type"] == "stream")
+    assert "✗ one known tool for each of a-f: define `choices` (" in printed
+    assert len(errors) == 1 and errors[0]["ename"] == "CheckFailed", cell.outputs
+    assert len(errors[0]["traceback"]) == 1 and "1 of 1 public checks failed" in errors[0]["traceback"][0]
+    assert not any(s in line for line in errors[0]["traceback"] for s in ("gpucourse", ".py", "File ", "Traceback"))
+    assert determine_grade(cell, None) == (0, 2.0), "nbgrader must score the failed test cell 0"
 
 
 def test_only_plain_data_crosses():

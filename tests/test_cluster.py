@@ -86,11 +86,22 @@ def test_the_checks_restatement_equals_lightning_on_every_checked_job():
     assert len(envs) > 50
     for env in envs:
         view = C.lightning_view(env)
-        mine = L.lightning_slurm_ranks(env)
+        mine = hidden.lightning_slurm_ranks(env)
         if view["environment"] != "SLURMEnvironment":
             assert mine is None, env
         else:
             assert mine == {k: view[k] for k in L.RANK_KEYS}, env
+
+
+def test_the_public_checks_expectations_are_what_lightning_derives():
+    envs = L.build_jobs(L.PUBLIC_RANK_JOBS) + [L.INTERACTIVE_SHELL, {}]
+    assert len(envs) == len(L.PUBLIC_RANK_WANTS)
+    for env, want in zip(envs, L.PUBLIC_RANK_WANTS):
+        view = C.lightning_view(env)
+        if view["environment"] != "SLURMEnvironment":
+            assert want is None, env
+        else:
+            assert want == {k: view[k] for k in L.RANK_KEYS}, env
 
 
 def test_a_real_trainer_derives_the_same_ranks_without_launching():

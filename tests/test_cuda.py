@@ -9,6 +9,7 @@ import time
 import pytest
 import torch
 
+from conftest import needs_cuda
 from gpucourse import cuda as C
 from gpucourse import doctor
 
@@ -84,7 +85,7 @@ def test_tflops_arithmetic():
     assert C.matmul_tflops(1000, 2.0) == pytest.approx(1e-3)
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA events need a CUDA GPU")
+@needs_cuda("CUDA events need a CUDA GPU")
 def test_cuda_events_time_a_matmul():
     a = torch.randn(1024, 1024, device="cuda")
     assert C.cuda_event_ms(lambda: a @ a) > 0

@@ -26,7 +26,7 @@ def pip_packages() -> dict[str, Requirement]:
     """What `make install` asks pip for: pyproject's dependencies and extras, as constrained."""
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     wanted = _requirements(project["dependencies"])
-    for extra in ("lab", "test"):
+    for extra in ("lab", "test", "darts", "site"):
         wanted.update(_requirements(project["optional-dependencies"][extra]))
     constraints = _requirements((ROOT / "constraints.txt").read_text().splitlines())
     missing = sorted(set(wanted) - set(constraints))
@@ -57,13 +57,42 @@ def test_environment_yml_python_matches_pyproject():
     assert f"python{requires}" in plain
 
 
-def test_pyproject_floors_admit_the_tested_ranges():
+# Pinned to exactly their floor: what CI installs is what pyproject promises works.
+PINNED_AT_FLOOR = ("torch", "torchvision", "pytorch-lightning", "darts")
+
+
+def runtime_floors() -> dict[str, Requirement]:
+    """pyproject's runtime dependencies and the darts extra: what a student's install asks for."""
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    for line in project["dependencies"]:
-        floor = Requirement(line)
-        tested = pip_packages()[canonicalize_name(floor.name)]
-        lowest = next(s.version for s in tested.specifier if s.operator == ">=")
-        assert floor.specifier.contains(lowest), f"{floor} excludes the tested {tested}"
+    return _requirements(project["dependencies"] + project["optional-dependencies"]["darts"])
+
+
+def _only(req: Requirement, operator: str) -> str:
+    found = [s.version for s in req.specifier if s.operator == operator]
+    assert len(found) == 1 and len(req.specifier) == 1, f"{req} must be exactly one {operator} version"
+    return found[0]
+
+
+def test_key_packages_are_pinned_to_their_floors():
+    floors, pins = runtime_floors(), pip_packages()
+    for name in PINNED_AT_FLOOR:
+        assert _only(pins[name], "==") == _only(floors[name], ">="), \
+            f"{name}: constraints.txt pins {pins[name]} but pyproject's floor is {floors[name]}"
+
+
+def test_pyproject_floors_are_the_tested_lower_bounds():
+    pins = pip_packages()
+    for name, floor in runtime_floors().items():
+        tested = pins[name]
+        lowest = next(s.version for s in tested.specifier if s.operator in (">=", "=="))
+        assert _only(floor, ">=") == lowest, f"{floor} is not the tested lower bound of {tested}"
+
+
+def test_darts_is_an_extra_that_make_install_installs():
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert "darts" not in _requirements(project["dependencies"]), "only lesson 9 needs Darts: keep it in the extra"
+    extras = (ROOT / "Makefile").read_text().split('-e ".[', 1)[1].split("]", 1)[0].split(",")
+    assert "darts" in extras, "make install must install the darts extra"
 
 
 def test_installed_versions_are_the_tested_ones():

@@ -1,62 +1,63 @@
-"""`make lab` serves course/ in JupyterLab with nbgrader's Validate button and Formgrader."""
+"""`make lab` serves students their own copy of the course, with nbgrader's Validate button only;
+`make formgrader` serves instructors the repository with Formgrader on the released course."""
 
 from __future__ import annotations
 
-import os
-import signal
-import socket
-import subprocess
-import time
+import json
+import re
+import shutil
+import sys
 import urllib.error
 import urllib.request
+from pathlib import Path
 
 import pytest
 
-from conftest import ROOT
+from conftest import COURSE, ROOT, SOLUTIONS, notebooks
+from labserver import serve
 
-TOKEN = "gpucourse-test"
+sys.path.insert(0, str(ROOT / "lab"))
+import copy_course  # noqa: E402 - a script of lab/, like autograders' scripts
+
+STUDENT_OFF = ["@jupyter/nbgrader:formgrader", "@jupyter/nbgrader:create-assignment",
+               "@jupyter/nbgrader:course-list", "@jupyter/nbgrader:assignment-list", "@jupyter/nbgrader:menu"]
+QUIZ = "quiz_gpu_data_parallel/quiz.ipynb"
+MINE = '{"cells": [], "metadata": {}, "nbformat": 4, "nbformat_minor": 5, "mine": true}\n'
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _get(url: str) -> tuple[int, str]:
-    try:
-        with urllib.request.urlopen(url, timeout=10) as reply:
-            return reply.status, reply.read().decode()
-    except urllib.error.HTTPError as error:
-        return error.code, error.read().decode()
+def _page_config(page: str) -> dict:
+    found = re.search(r'<script id="jupyter-config-data" type="application/json">(.*?)</script>', page, re.S)
+    assert found, "no page config in JupyterLab's page"
+    return json.loads(found.group(1))
 
 
 @pytest.fixture(scope="module")
-def lab():
-    port = _free_port()
-    args = f"--no-browser --ip=127.0.0.1 --port={port} --ServerApp.token={TOKEN} --ServerApp.port_retries=0"
-    proc = subprocess.Popen(["make", "-s", "lab", f"LAB_ARGS={args}"], cwd=ROOT, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        for _ in range(120):
-            if proc.poll() is not None:
-                pytest.fail(f"`make lab` exited early:\n{proc.stdout.read()}")
-            try:
-                if _get(f"{base}/api/status?token={TOKEN}")[0] == 200:
-                    break
-            except OSError:
-                pass
-            time.sleep(0.5)
-        else:
-            pytest.fail("JupyterLab did not answer within 60 s")
-        yield base
-    finally:
-        try:
-            os.killpg(proc.pid, signal.SIGTERM)
-        except ProcessLookupError:
-            pass
-        proc.wait(timeout=30)
+def work(tmp_path_factory):
+    """A student's work folder that already holds one answered notebook."""
+    folder = tmp_path_factory.mktemp("work")
+    (folder / QUIZ).parent.mkdir(parents=True)
+    (folder / QUIZ).write_text(MINE)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def student_lab(work):
+    with serve("lab", WORK=work) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def instructor_lab():
+    with serve("formgrader") as server:
+        yield server
+
+
+def test_lab_copies_the_course_into_the_students_folder(student_lab, work):
+    for notebook in notebooks(COURSE):
+        rel = notebook.relative_to(COURSE).as_posix()
+        assert (work / rel).exists(), f"{rel} was not copied"
+        assert (rel in student_lab.output) == (rel != QUIZ), f"`make lab` must say what it copied:\n{student_lab.output}"
+    assert (work / QUIZ).read_text() == MINE, "a student's own file was overwritten"
 
 
 class _NoRedirect(urllib.request.HTTPRedirectHandler):
@@ -64,26 +65,81 @@ class _NoRedirect(urllib.request.HTTPRedirectHandler):
         return None
 
 
-def test_lab_opens_on_course(lab):
-    opener = urllib.request.build_opener(_NoRedirect)
+def _redirect(url: str) -> str | None:
     try:
-        opener.open(f"{lab}/?token={TOKEN}", timeout=10)
-        location = None
+        urllib.request.build_opener(_NoRedirect).open(url, timeout=30)
     except urllib.error.HTTPError as redirect:
-        location = redirect.headers.get("Location", "")
-    assert location and location.split("?")[0].endswith("/lab/tree/course"), f"/ redirects to {location!r}"
-    assert _get(f"{lab}/lab/tree/course?token={TOKEN}")[0] == 200
-    status, listing = _get(f"{lab}/api/contents/course?token={TOKEN}")
-    assert status == 200 and "lesson01_processes_threads" in listing
+        return redirect.headers.get("Location", "")
+    return None
 
 
-def test_nbgrader_lab_extension_is_loaded(lab):
-    _, page = _get(f"{lab}/lab?token={TOKEN}")
-    assert "@jupyter/nbgrader" in page, "nbgrader's JupyterLab extension (Validate button) is missing"
+def test_lab_opens_on_the_students_copy(student_lab, work):
+    location = _redirect(student_lab.url("/"))
+    assert location and location.split("?")[0].endswith("/lab"), f"/ redirects to {location!r}"
+    status, listing = student_lab.get("/api/contents")
+    assert status == 200
+    names = {item["name"] for item in json.loads(listing)["content"]}
+    assert {p.parent.name for p in notebooks(COURSE)} <= names
+    assert not names & {"solutions", "autograders", "course", "tests"}, f"students see {sorted(names)}"
+    config = _page_config(student_lab.get("/lab")[1])
+    assert Path(config["serverRoot"]).expanduser().resolve() == work.resolve()
 
 
-def test_formgrader_sees_the_course(lab):
-    status, page = _get(f"{lab}/formgrader/manage_assignments?token={TOKEN}")
+def test_student_lab_has_validate_but_no_formgrader(student_lab):
+    config = _page_config(student_lab.get("/lab")[1])
+    assert "@jupyter/nbgrader" in {e["name"] for e in config["federated_extensions"]}
+    disabled = set(config["disabledExtensions"])
+    assert set(STUDENT_OFF) <= disabled, f"still enabled for students: {set(STUDENT_OFF) - disabled}"
+    assert "@jupyter/nbgrader:validate-assignment" not in disabled
+    assert student_lab.get("/nbgrader_version?version=0")[0] == 200  # the Validate button's server side
+    for path in ("/formgrader", "/formgrader/api/assignments", "/assignments", "/formgraders"):
+        assert student_lab.get(path)[0] == 404, f"{path} is served to students"
+
+
+def test_copy_course_adds_what_is_new_and_never_overwrites(tmp_path):
+    course, work = tmp_path / "course", tmp_path / "work"
+    (course / "lesson01").mkdir(parents=True)
+    (course / "lesson01" / "a.ipynb").write_text("v1")
+    assert copy_course.copy(course, work) == (["lesson01/a.ipynb"], [])
+    (work / "lesson01" / "a.ipynb").write_text("the student's answers")
+    (course / "lesson01" / "a.ipynb").write_text("v2")  # a fix arrives with `git pull`
+    (course / "lesson02").mkdir()
+    (course / "lesson02" / "b.ipynb").write_text("new lesson")
+    (course / "lesson02" / ".ipynb_checkpoints").mkdir()
+    (course / "lesson02" / ".ipynb_checkpoints" / "b-checkpoint.ipynb").write_text("skip me")
+    assert copy_course.copy(course, work) == (["lesson02/b.ipynb"], ["lesson01/a.ipynb"])
+    assert (work / "lesson01" / "a.ipynb").read_text() == "the student's answers"
+    assert not (work / "lesson02" / ".ipynb_checkpoints").exists()
+    shutil.rmtree(course / "lesson02")
+    assert copy_course.copy(course, work) == ([], ["lesson01/a.ipynb"])  # nothing of the student's is removed
+    assert (work / "lesson02" / "b.ipynb").exists()
+
+
+def test_instructor_lab_serves_the_repository(instructor_lab):
+    status, listing = instructor_lab.get("/api/contents")
+    assert status == 200
+    names = {item["name"] for item in json.loads(listing)["content"]}
+    assert {"solutions", "course", "autograders"} <= names
+    config = _page_config(instructor_lab.get("/lab")[1])
+    assert not set(STUDENT_OFF) & set(config["disabledExtensions"])
+
+
+def test_formgrader_lists_the_course_as_released(instructor_lab):
+    status, page = instructor_lab.get("/formgrader/manage_assignments")
     assert status == 200, f"Formgrader answered {status}"
-    status, assignments = _get(f"{lab}/formgrader/api/assignments?token={TOKEN}")
-    assert status == 200 and "lesson01_processes_threads" in assignments, assignments[:500]
+    assert 'id="warning-exchange"' not in page, "Formgrader shows the exchange warning"
+    status, body = instructor_lab.get("/formgrader/api/assignments")
+    assert status == 200, body[:500]
+    listed = {a["name"]: a for a in json.loads(body)}
+    for source in notebooks(SOLUTIONS):
+        assignment = listed.get(source.parent.name)
+        assert assignment, f"{source.parent.name} is not in Formgrader"
+        assert assignment["status"] == "released", f"{source.parent.name}: {assignment['status']}"
+        assert assignment["max_score"] > 0, f"{source.parent.name} is not registered in the gradebook"
+
+
+def test_formgrader_preparation_is_idempotent(instructor_lab):
+    import formgrader
+
+    formgrader.register(), formgrader.publish()  # up to date, even if course/ changed since the server started
+    assert formgrader.register() == [] and formgrader.publish() == [], "a second run redid the work"

@@ -8,7 +8,7 @@ import pytest
 from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError
 
-from conftest import SOLUTIONS, notebooks, read
+from conftest import SOLUTIONS, notebooks, read, save_executed
 
 
 @pytest.mark.parametrize("path", notebooks(SOLUTIONS), ids=lambda p: p.parent.name)
@@ -25,3 +25,4 @@ def test_solution_notebook_executes(path, tmp_path):
         pytest.fail(f"{path.relative_to(SOLUTIONS.parent)}: cell {index} ({head!r}) failed:\n{error}", pytrace=False)
     executed = [c for c in nb.cells if c.cell_type == "code"]
     assert all(c.execution_count for c in executed), "some code cells did not run"
+    save_executed(path, nb)  # tests/test_site.py renders the course from it, without running it again

@@ -67,24 +67,80 @@ def test_committed_notebooks_carry_no_outputs(path):
     assert not dirty, f"cells {dirty} carry outputs: clear them before committing"
 
 
-def _repo_slug() -> str:
-    url = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["urls"]["Repository"]
-    return url.removeprefix("https://github.com/")
+def _edition():
+    from course import load_edition
+
+    return load_edition()
+
+
+def test_edition_ref_is_the_package_version():
+    """Notebooks install the tag of the package they were released with: v + gpucourse.__version__."""
+    import gpucourse
+
+    edition = _edition()
+    assert edition.ref == f"v{gpucourse.__version__}"
+    assert edition.version == gpucourse.__version__
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert project["urls"]["Repository"] == edition.url, "pyproject's Repository must be the student edition"
 
 
 @pytest.mark.parametrize("source", SOURCES, ids=lambda p: p.parent.name)
 def test_every_notebook_opens_with_the_same_preamble(source):
     nb = read(source)
     first, preamble = nb.cells[0], nb.cells[1]
-    rel = source.relative_to(SOLUTIONS)
-    badge = f"https://colab.research.google.com/github/{_repo_slug()}/blob/main/course/{rel.as_posix()}"
-    assert badge in first.source, "the Colab badge must open this notebook's released copy"
+    rel = source.relative_to(SOLUTIONS).as_posix()
+    edition = _edition()
+    badge = f"https://colab.research.google.com/github/{edition.home}/blob/{edition.ref}/course/{rel}"
+    assert f"]({badge})" in first.source.splitlines()[0], "the Colab badge must open this notebook's released copy"
     assert "**Hardware:**" in first.source, "each notebook declares the hardware it needs"
     reference = read(SOURCES[0]).cells[1].source
     assert preamble.source == reference, "the preamble cell differs from the other notebooks'"
-    assert f"git+https://github.com/{_repo_slug()}" in preamble.source
+    assert f'"git+https://github.com/{edition.home}@{edition.ref}"' in preamble.source
+    assert "--no-deps" in preamble.source and "GPUCOURSE_INSTALL_URL" in preamble.source
     assert "S = setup(seed=0)" in preamble.source
     assert nbgrader_meta(preamble).get("locked"), "the preamble is a locked cell"
+
+
+def test_only_lesson_9_installs_darts():
+    for source in SOURCES:
+        installs = [c for c in read(source).cells if c.cell_type == "code" and 'install_missing("darts")' in c.source]
+        if source.parent.name == "lesson09_darts_forecasting":
+            assert len(installs) == 1 and nbgrader_meta(installs[0]).get("locked")
+            assert read(source).cells.index(installs[0]) == 2, "Darts is installed right after the setup cell"
+        else:
+            assert not installs, "only lesson 9 needs Darts"
+
+
+def test_a_fork_retargets_every_badge_and_setup_cell(tmp_path):
+    """Change edition.toml's home, release: every notebook in solutions/ and course/ follows."""
+    import shutil
+
+    from course import load_edition
+    from release import release
+
+    config = tmp_path / "edition.toml"
+    config.write_text('[student-edition]\nhome = "someone-else/their-course"\nref = "v{version}"\n')
+    fork = load_edition(config)
+    solutions = tmp_path / "solutions"
+    shutil.copytree(SOLUTIONS, solutions, ignore=shutil.ignore_patterns(".ipynb_checkpoints"))
+    before = {p: read(p) for p in notebooks(solutions)}
+    release(solutions, tmp_path / "course", edition=fork, stamp_sources=True)
+    old = _edition().home
+    for folder in (solutions, tmp_path / "course"):
+        for path in notebooks(folder):
+            nb, rel = read(path), path.relative_to(folder).as_posix()
+            assert nb.cells[0].source.startswith(
+                f"[![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)]({fork.badge_url(rel)})")
+            assert f'"{fork.install_url}"' in nb.cells[1].source
+            assert old not in path.read_text(), f"{path} still points at {old}"
+    for path, original in before.items():
+        assert read(path).cells[2:] == original.cells[2:], "stamping changes the badge and setup cell only"
+    from release import stamp_pyproject
+
+    pyproject = tmp_path / "pyproject.toml"
+    shutil.copy(ROOT / "pyproject.toml", pyproject)
+    assert stamp_pyproject(pyproject, fork)
+    assert tomllib.loads(pyproject.read_text())["project"]["urls"]["Repository"] == fork.url
 
 
 def test_hidden_checks_stay_out_of_course():

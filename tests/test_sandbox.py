@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import sys
@@ -16,15 +17,34 @@ import sandbox
 
 ISOLATED = sandbox.namespaces_available()
 needs_isolation = pytest.mark.skipif(not ISOLATED, reason="namespaces need root and unshare (as in CI)")
+# What the sandboxed code gets, as the engine gives it; one thread, so that a preloaded Python may fork.
+ENV = {"PATH": os.defpath, "LANG": "C.UTF-8", "OMP_NUM_THREADS": "1"}
 
 
-def _run(tmp_path: Path, code: str, *, isolate=None, hide=(), env=None, **limits):
+@pytest.fixture(scope="module")
+def server():
+    if sys.platform != "linux":
+        pytest.skip("the sandbox forks from a preloaded Python on Linux only (elsewhere it starts Python)")
+    with contextlib.closing(sandbox.Preloaded(ENV)) as preloaded:
+        assert preloaded.usable(), preloaded.why
+        yield preloaded
+
+
+@pytest.fixture(params=["started", "forked"])
+def launch(request):
+    """Every guarantee holds both for a Python started per run and for one forked from a preloaded one."""
+    return request.getfixturevalue("server") if request.param == "forked" else None
+
+
+def _run(tmp_path: Path, code: str, launch=None, *, isolate=None, hide=(), env=ENV, **limits):
     work = tmp_path / f"work-{uuid.uuid4().hex[:8]}"
     work.mkdir()
     (work / "main.py").write_text(textwrap.dedent(code))
     settings = {"wall_seconds": 60, **limits}
-    return sandbox.run([sys.executable, "main.py"], work, hide=list(hide), env=env,
-                       limits=sandbox.Limits(**settings), isolate=isolate)
+    out = sandbox.run([sys.executable, "main.py"], work, hide=list(hide), env=env,
+                      limits=sandbox.Limits(**settings), isolate=isolate, preloaded=launch)
+    assert out.forked == (launch is not None)
+    return out
 
 
 def _alive(marker: str) -> bool:
@@ -38,13 +58,13 @@ def _alive(marker: str) -> bool:
 
 
 @pytest.mark.parametrize("isolate", [False, pytest.param(True, marks=needs_isolation)])
-def test_runs_code_and_captures_output(tmp_path, isolate):
-    out = _run(tmp_path, "print('hello'); import sys; sys.exit(3)", isolate=isolate)
+def test_runs_code_and_captures_output(tmp_path, isolate, launch):
+    out = _run(tmp_path, "print('hello'); import sys; sys.exit(3)", launch, isolate=isolate)
     assert (out.returncode, out.output.strip(), out.isolated) == (3, "hello", isolate)
 
 
 @pytest.mark.parametrize("isolate", [False, pytest.param(True, marks=needs_isolation)])
-def test_infinite_loop_that_ignores_signals_is_killed(tmp_path, isolate):
+def test_infinite_loop_that_ignores_signals_is_killed(tmp_path, isolate, launch):
     code = """
         import signal
         for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
@@ -52,53 +72,55 @@ def test_infinite_loop_that_ignores_signals_is_killed(tmp_path, isolate):
         while True:
             pass
     """
-    out = _run(tmp_path, code, isolate=isolate, wall_seconds=3)
+    out = _run(tmp_path, code, launch, isolate=isolate, wall_seconds=3)
     assert out.timed_out and out.returncode is None
     assert out.seconds < 20
 
 
 @pytest.mark.parametrize("isolate", [False, pytest.param(True, marks=needs_isolation)])
-def test_children_die_with_the_run(tmp_path, isolate):
+def test_children_die_with_the_run(tmp_path, isolate, launch):
     marker = f"gpucourse-orphan-{uuid.uuid4().hex}"
     code = f"""
         import subprocess, sys
         subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)", "{marker}"])
         print("started")
     """
-    out = _run(tmp_path, code, isolate=isolate)
+    out = _run(tmp_path, code, launch, isolate=isolate)
     assert "started" in out.output
     time.sleep(0.5)
     assert not _alive(marker), "a child outlived the run"
 
 
 @needs_isolation
-def test_escaped_daemon_dies_with_the_namespace(tmp_path):
+def test_escaped_daemon_dies_with_the_namespace(tmp_path, launch):
     marker = f"gpucourse-daemon-{uuid.uuid4().hex}"
     code = f"""
         import os, subprocess, sys
         subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)", "{marker}"], start_new_session=True)
     """
-    _run(tmp_path, code, isolate=True)
+    _run(tmp_path, code, launch, isolate=True)
     time.sleep(0.5)
     assert not _alive(marker), "a setsid daemon outlived the namespace"
 
 
 @pytest.mark.parametrize("isolate", [False, pytest.param(True, marks=needs_isolation)])
-def test_memory_blowup_fails_inside(tmp_path, isolate):
-    out = _run(tmp_path, "x = bytearray(40 << 30)\nprint('allocated')", isolate=isolate, memory_bytes=2 << 30)
+def test_memory_blowup_fails_inside(tmp_path, isolate, launch):
+    # a forked Python has torch and Lightning mapped already (~4 GB of address space): the limit counts them
+    memory = (2 << 30) if launch is None else (6 << 30)
+    out = _run(tmp_path, "x = bytearray(40 << 30)\nprint('allocated')", launch, isolate=isolate, memory_bytes=memory)
     assert out.returncode not in (0, None) and "MemoryError" in out.output and "allocated" not in out.output
 
 
 @pytest.mark.parametrize("isolate", [False, pytest.param(True, marks=needs_isolation)])
-def test_output_flood_is_cut(tmp_path, isolate):
+def test_output_flood_is_cut(tmp_path, isolate, launch):
     code = "import sys\nfor _ in range(50):\n    sys.stdout.write('x' * (1 << 20))\n"
-    out = _run(tmp_path, code, isolate=isolate, output_bytes=1000)
+    out = _run(tmp_path, code, launch, isolate=isolate, output_bytes=1000)
     assert out.output_bytes >= 50 << 20 and len(out.output) == 1000 and out.truncated
     assert any("output cut" in n for n in out.notes)
 
 
 @needs_isolation
-def test_fork_bomb_is_bounded(tmp_path):
+def test_fork_bomb_is_bounded(tmp_path, launch):
     code = """
         import os
         while True:
@@ -107,15 +129,15 @@ def test_fork_bomb_is_bounded(tmp_path):
             except OSError:
                 pass
     """
-    out = _run(tmp_path, code, isolate=True, wall_seconds=5, processes=64)
+    out = _run(tmp_path, code, launch, isolate=True, wall_seconds=5, processes=64)
     assert out.timed_out
     time.sleep(0.5)
     # the machine is fine: this test process can still start one
-    assert _run(tmp_path, "print('still fine')", isolate=True).output.strip() == "still fine"
+    assert _run(tmp_path, "print('still fine')", launch, isolate=True).output.strip() == "still fine"
 
 
 @needs_isolation
-def test_no_network_and_no_view_of_the_grader(tmp_path):
+def test_no_network_and_no_view_of_the_grader(tmp_path, launch):
     with socket.socket() as server:
         server.bind(("127.0.0.1", 0))
         server.listen()
@@ -127,21 +149,22 @@ def test_no_network_and_no_view_of_the_grader(tmp_path):
                 print("reached the grader's loopback")
             except OSError as error:
                 print("no route:", type(error).__name__)
-            try:
-                os.kill({os.getpid()}, signal.SIGKILL)
-                print("killed the grader")
-            except (ProcessLookupError, PermissionError) as error:
-                print("cannot signal:", type(error).__name__)
+            for pid in {[os.getpid()] + ([launch._process.pid] if launch else [])}:  # the grader, the preloaded Python
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                    print("killed the grader")
+                except (ProcessLookupError, PermissionError) as error:
+                    print("cannot signal:", type(error).__name__)
             print("uid", os.getuid(), "pid", os.getpid())
         """
-        out = _run(tmp_path, code, isolate=True)
+        out = _run(tmp_path, code, launch, isolate=True)
     assert "no route" in out.output and "reached" not in out.output
     assert "cannot signal" in out.output and "killed" not in out.output
     assert "uid 65534" in out.output
 
 
 @needs_isolation
-def test_hidden_folders_and_environment(tmp_path, monkeypatch):
+def test_hidden_folders_and_environment(tmp_path, monkeypatch, launch):
     secret = tmp_path / "secrets"
     secret.mkdir()
     (secret / "hidden_tests.py").write_text("ANSWER = 42")
@@ -152,15 +175,15 @@ def test_hidden_folders_and_environment(tmp_path, monkeypatch):
         print("env:", os.environ.get("GPUCOURSE_GRADER_SECRET"))
         print("tmp:", sorted(os.listdir("/tmp")))
     """
-    out = _run(tmp_path, code, isolate=True, hide=[secret], env={"PATH": os.defpath})
+    out = _run(tmp_path, code, launch, isolate=True, hide=[secret], env=ENV)
     assert "exists: False" in out.output and "env: None" in out.output
     # the namespace's /tmp is empty but for the way to the interpreter, when a checkout lives in /tmp
     assert "pytest-of" not in out.output and str(tmp_path.parts[2]) not in out.output.split("tmp:")[1]
 
 
-def test_environment_is_scrubbed_without_isolation(tmp_path, monkeypatch):
+def test_environment_is_scrubbed_without_isolation(tmp_path, monkeypatch, launch):
     monkeypatch.setenv("GPUCOURSE_GRADER_SECRET", "do-not-leak")
-    out = _run(tmp_path, "import os; print(os.environ.get('GPUCOURSE_GRADER_SECRET'))", isolate=False)
+    out = _run(tmp_path, "import os; print(os.environ.get('GPUCOURSE_GRADER_SECRET'))", launch, isolate=False)
     assert out.output.strip() == "None"
 
 

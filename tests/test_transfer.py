@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from conftest import needs_cuda
 from gpucourse import transfer as X
 
 
@@ -20,7 +21,7 @@ def test_conv_timing_runs_in_both_formats(channels_last):
     assert X.conv_seconds(channels_last, batch=1, channels=8, size=8, min_seconds=0.01) > 0
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="pinned memory and host-to-GPU copies need an NVIDIA driver")
+@needs_cuda("pinned memory and host-to-GPU copies need an NVIDIA driver")
 def test_copies_and_overlap_on_a_gpu():
     assert X.copy_gbps(4, pinned=True, repeats=2) > 0 and X.copy_gbps(4, pinned=False, repeats=2) > 0
     assert X.overlap_seconds(batches=2, megabytes=4, size=256) > 0

@@ -24,8 +24,9 @@ EXERCISES = {
 def observe_io_identities(ns):
     import os
     import threading
+    from gpucourse.checks import answer
     from gpucourse.parallel import worker_identity
-    rows = ns["parallel_map"](worker_identity, range(8), "io", workers=4)
+    rows = answer(ns, "parallel_map")(worker_identity, range(8), "io", workers=4)
     return {"me": os.getpid(), "main_thread": threading.get_ident(),
             "xs": [x for x, _, _ in rows], "pids": [p for _, p, _ in rows], "threads": [t for _, _, t in rows]}
 
@@ -43,22 +44,25 @@ def judge_io_identities(d):
 
 
 def observe_cpu_worker_count(ns):
+    from gpucourse.checks import answer
     from gpucourse.parallel import worker_identity
-    return sorted({pid for _, pid, _ in ns["parallel_map"](worker_identity, range(8), "cpu", workers=2)})
+    return sorted({pid for _, pid, _ in answer(ns, "parallel_map")(worker_identity, range(8), "cpu", workers=2)})
 
 
 def observe_completion_order(ns):
+    from gpucourse.checks import answer
     from gpucourse.parallel import sleep_then_return
     late_first = [(i, 0.3 if i == 0 else 0.0) for i in range(6)]
-    return {kind: ns["parallel_map"](sleep_then_return, late_first, kind, workers=3) for kind in ("io", "cpu")}
+    return {kind: answer(ns, "parallel_map")(sleep_then_return, late_first, kind, workers=3) for kind in ("io", "cpu")}
 
 
 def observe_empty_and_bad_kinds(ns):
+    from gpucourse.checks import answer
     from gpucourse.parallel import square
-    result = {"empty": [ns["parallel_map"](square, [], "cpu"), ns["parallel_map"](square, [], "io")]}
+    result = {"empty": [answer(ns, "parallel_map")(square, [], "cpu"), answer(ns, "parallel_map")(square, [], "io")]}
     for bad in ["gpu", "CPU ", None]:
         try:
-            ns["parallel_map"](square, [1], bad)
+            answer(ns, "parallel_map")(square, [1], bad)
             result[repr(bad)] = "no error"
         except ValueError:
             result[repr(bad)] = "ValueError"
@@ -82,10 +86,11 @@ def observe_dataset_everywhere(ns):
 
     import torch
     from torch.utils.data import DataLoader
+    from gpucourse.checks import answer
     from gpucourse.parallel import write_int_lines
 
     values = list(range(-5, 20, 2))
-    dataset = ns["LinesDataset"](write_int_lines(Path(tempfile.mkdtemp()) / "more.txt", values))
+    dataset = answer(ns, "LinesDataset")(write_int_lines(Path(tempfile.mkdtemp()) / "more.txt", values))
     items = [dataset[i] for i in range(len(dataset))]
     out_of_range = []
     for bad in (len(values), len(values) + 3):

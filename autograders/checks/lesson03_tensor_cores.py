@@ -9,6 +9,7 @@ EXERCISES = {"test_pad_mlp": "pad_mlp", "test_case_answers": "case_answers"}
 def observe_pad_mlp_everywhere(ns):
     import torch
     from torch import nn
+    from gpucourse.checks import answer
     from gpucourse.tensor_cores import example_mlp
 
     torch.manual_seed(1)
@@ -21,7 +22,7 @@ def observe_pad_mlp_everywhere(ns):
     result = {}
     for name, (model, width, kwargs) in models.items():
         model = model.double()
-        padded = ns["pad_mlp"](model, **kwargs)
+        padded = answer(ns, "pad_mlp")(model, **kwargs)
         x = torch.randn(32, width, dtype=torch.float64)
         with torch.no_grad():
             diff = (padded(x) - model(x)).abs().max().item()

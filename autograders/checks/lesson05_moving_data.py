@@ -9,18 +9,19 @@ EXERCISES = {"test_to_device": "to_device", "test_to_channels_last": "to_channel
 
 def observe_to_device_shapes(ns):
     import torch
+    from gpucourse.checks import answer
     from gpucourse.checks.lesson05 import recording_moves
 
     with recording_moves() as (pinned_ids, calls):
         nested = [torch.full((1,), 1.0), [torch.full((1,), 2.0), (torch.full((1,), 3.0),)]]
         pinned_ids.add(id(nested[1][0]))
-        moved = ns["to_device"](nested, "cuda:0")
+        moved = answer(ns, "to_device")(nested, "cuda:0")
         result = {"types": [type(moved).__name__, type(moved[1]).__name__, type(moved[1][1]).__name__],
                   "calls": sorted(calls, key=lambda c: c["leaf"])}
         calls.clear()
         single = torch.full((1,), 9.0)
         pinned_ids.add(id(single))
-        ns["to_device"](single, torch.device("cuda"))
+        answer(ns, "to_device")(single, torch.device("cuda"))
         result["single"] = list(calls)
     return result
 
@@ -38,6 +39,7 @@ def judge_to_device_shapes(d):
 def observe_channels_last_deeper(ns):
     import torch
     from torch import nn
+    from gpucourse.checks import answer
 
     torch.manual_seed(1)
     model = nn.Sequential(nn.Conv2d(3, 16, 3, padding=1), nn.BatchNorm2d(16), nn.ReLU(), nn.Conv2d(16, 8, 1),
@@ -46,7 +48,7 @@ def observe_channels_last_deeper(ns):
     original_strides = images.stride()
     with torch.no_grad():
         expected = model(images)
-    new_model, new_images = ns["to_channels_last"](model, images)
+    new_model, new_images = answer(ns, "to_channels_last")(model, images)
     with torch.no_grad():
         out = new_model(new_images)
     return {"nhwc": bool(new_images.is_contiguous(memory_format=torch.channels_last)),

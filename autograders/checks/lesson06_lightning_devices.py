@@ -34,12 +34,13 @@ def judge_more_devices(d):
 
 def observe_agnostic_elsewhere(ns):
     import torch
+    from gpucourse.checks import answer
 
     record = {}
     for features, batch in ((6, 1), (2, 9)):
         mean, std = [0.5 * i for i in range(features)], [1.0 + i for i in range(features)]
         torch.manual_seed(features)
-        model = ns["AgnosticStandardize"](mean, std)
+        model = answer(ns, "AgnosticStandardize")(mean, std)
         x = torch.randn(batch, features)
         w, b = model.readout.weight.detach(), model.readout.bias.detach()
         expected = ((x - torch.tensor(mean)) / torch.tensor(std)) @ w.T + b + 1

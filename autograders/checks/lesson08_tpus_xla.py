@@ -10,8 +10,9 @@ EXERCISES = {"test_pad_to_bucket": "pad_to_bucket", "test_log_losses": "log_loss
 
 def observe_pad_bucket_choice(ns):
     import torch
+    from gpucourse.checks import answer
 
-    pad = ns["pad_to_bucket"]
+    pad = answer(ns, "pad_to_bucket")
     out = {}
     for name, buckets in [("list", [32, 8, 16]), ("tuple", (16, 32, 8))]:
         widths = []
@@ -44,8 +45,9 @@ def judge_pad_bucket_choice(d):
 
 def observe_pad_dtype_and_values(ns):
     import torch
+    from gpucourse.checks import answer
 
-    pad = ns["pad_to_bucket"]
+    pad = answer(ns, "pad_to_bucket")
     batch = [torch.tensor([3, 1], dtype=torch.int32), torch.tensor([7, 7, 7, 9, 2], dtype=torch.int32),
              torch.tensor([], dtype=torch.int32)]
     padded, mask = pad(batch, [6, 12], pad_value=-1)
@@ -78,6 +80,7 @@ def judge_pad_dtype_and_values(d):
 def observe_pad_compiles(ns):
     """The point of buckets: 24 batches of random lengths through torch.compile(dynamic=False)."""
     import torch
+    from gpucourse.checks import answer
     from gpucourse.xla import TinyEncoder, run_compiled, token_batches
 
     torch.manual_seed(0)
@@ -85,7 +88,7 @@ def observe_pad_compiles(ns):
     generator = torch.Generator().manual_seed(8)
     lengths = [int(n) for n in torch.randint(1, 33, (24,), generator=generator)]
     batches = token_batches(24, 3, lengths, seed=8)
-    calls = [ns["pad_to_bucket"](batch, buckets) for batch in batches]
+    calls = [answer(ns, "pad_to_bucket")(batch, buckets) for batch in batches]
     model = TinyEncoder().eval()
     widths = sorted({int(padded.shape[1]) for padded, _ in calls})
     with torch.no_grad():

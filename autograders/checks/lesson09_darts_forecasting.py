@@ -71,7 +71,9 @@ TRAINER_EXPECTED = [
     {"accelerator": "cpu"},
     {"accelerator": "gpu", "devices": 4},
     {"accelerator": "tpu", "devices": 8},
-    {"accelerator": "tpu", "devices": [4], "max_epochs": 300},
+    {"accelerator": "tpu", "devices": [3], "max_epochs": 300},
+    {"accelerator": "tpu", "devices": [4]},
+    {"accelerator": "tpu", "devices": [0], "precision": "bf16-true"},
     {"accelerator": "tpu", "devices": 1},
     {"accelerator": "cpu", "devices": 2},
     {"accelerator": "cpu", "devices": 3, "strategy": "ddp_spawn"},
@@ -93,6 +95,8 @@ def observe_trainer_table(ns):
         {"accelerator": "gpu", "gpus": 4, "auto_select_gpus": False},
         {"tpu_cores": 8},
         {"tpu_cores": [4], "max_epochs": 300},
+        {"tpu_cores": [5]},
+        {"tpu_cores": [1], "precision": "bf16-true"},
         {"tpu_cores": 1, "accelerator": "tpu"},
         {"num_processes": 2},
         {"num_processes": 3, "accelerator": "cpu", "strategy": "ddp_spawn"},
@@ -112,7 +116,7 @@ HIDDEN = {
              _mape_judge(MAPE_SETS["zeros inside and outside the common span"])),
     ],
     "modern_trainer_kwargs": [
-        Case("every rule: gpus (int, list, string, -1, 0, None), tpu_cores, num_processes, auto_select_gpus, dp, others",
+        Case("every rule: gpus (int, list, string, -1, 0, None), tpu_cores (count and [core]), num_processes, auto_select_gpus, dp, others",
              observe_trainer_table, lambda d: judge_trainer_kwargs(d["results"], d["inputs"], TRAINER_EXPECTED)),
     ],
 }

@@ -1,7 +1,7 @@
 """Hidden checks for the assessment quiz: the right letters, and a hint for a wrong one."""
 
 from gpucourse.checks import Case
-from gpucourse.checks.quiz import QUESTIONS, observe_answer
+from gpucourse.checks.quiz import QUESTIONS, judge_form, observe_answer
 
 EXERCISES = {f"test_{q}": q for q in QUESTIONS}
 
@@ -21,9 +21,10 @@ KEY = {
 
 def _judge(question):
     right, hint = KEY[question]
+    form = judge_form(question)
 
     def judge(d):
-        return None if d.get(question) == right else f"not this one. Hint: {hint}"
+        return form(d) or (None if d.get(question) == right else f"not this one. Hint: {hint}")
     return judge
 
 

@@ -3,6 +3,7 @@
 One module per lesson, each named for what it holds:
 
 - ``gpucourse.preamble``: the setup every notebook runs first (seed, device, smoke setting).
+- ``gpucourse.install``: what that setup installs where dependencies are missing (Colab), never torch.
 - ``gpucourse.parallel``: lesson 1, processes, threads and the GIL.
 - ``gpucourse.cuda`` and ``gpucourse.doctor``: lesson 2, CPU vs GPU, and CUDA (``python -m gpucourse doctor``).
 - ``gpucourse.tensor_cores``: lesson 3, Tensor Cores.

@@ -15,6 +15,7 @@ import json
 import os
 import pickle
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -81,6 +82,31 @@ def OfflineCIFAR10(*args: Any, **kwargs: Any):  # noqa: N802 - a class, built la
     return _torchvision_cifar10()(*args, **kwargs)
 
 
+CIFAR10_TRAIN_IMAGES = 50_000  # the real training set, which pl_bolts' integer val_split (5000 by default) counts in
+
+
+def validation_size(val_split: int | float, images: int, generated: bool) -> int:
+    """How many of ``images`` training images ``val_split`` holds out, as pl_bolts' data module does.
+
+    A float is a fraction and an int a count, exactly as in pl_bolts on the real 50,000 images (a count
+    that leaves no training data is an error there, and here). On a small generated copy an int counts
+    images of the real set, so it is scaled to the same fraction (5000 -> 10%: 50 of 500 images) and one
+    line says so: code written for the real dataset runs unchanged offline.
+    """
+    if isinstance(val_split, float):
+        if not 0 <= val_split < 1:
+            raise ValueError(f"val_split={val_split} must be a fraction in [0, 1) or a number of images")
+        return int(val_split * images)
+    if generated and images < CIFAR10_TRAIN_IMAGES and val_split > 0:
+        n_val = min(max(1, round(val_split * images / CIFAR10_TRAIN_IMAGES)), images - 1)
+        print(f"val_split={val_split} counts images of CIFAR-10's {CIFAR10_TRAIN_IMAGES:,} training images; this "
+              f"generated copy has {images}, so {n_val} ({100 * n_val / images:.0f}%) are held out for validation.")
+        return n_val
+    if not 0 <= val_split < images:
+        raise ValueError(f"val_split={val_split} leaves no training data out of {images} images")
+    return val_split
+
+
 def _data_module_class():
     import pytorch_lightning as pl
     from torch.utils.data import DataLoader, random_split
@@ -128,9 +154,7 @@ def _data_module_class():
         def setup(self, stage: str | None = None) -> None:
             self.generated = (Path(self.data_dir) / BASE_FOLDER / MANIFEST).is_file()
             full = OfflineCIFAR10(self.data_dir, train=True, transform=self._transform())
-            n_val = int(self.val_split * len(full)) if isinstance(self.val_split, float) else self.val_split
-            if not 0 <= n_val < len(full):
-                raise ValueError(f"val_split={self.val_split} leaves no training data out of {len(full)} images")
+            n_val = validation_size(self.val_split, len(full), self.generated)
             generator = torch.Generator().manual_seed(self.seed)
             self.dataset_train, self.dataset_val = random_split(full, [len(full) - n_val, n_val], generator=generator)
             self.dataset_test = OfflineCIFAR10(self.data_dir, train=False, transform=self._transform())
@@ -190,6 +214,67 @@ def autocast_dtypes(device_type: str = "cpu", dtype: torch.dtype = torch.bfloat1
             "x + x": x + x,
         }
     return {name: str(out.dtype).removeprefix("torch.") for name, out in ops.items()}
+
+
+@dataclass(frozen=True)
+class AutocastChoice:
+    """What autocast should use on a device: ``dtype``, whether the hardware computes in it natively
+    (``native``: autocast pays off; otherwise it is emulated and slower than float32) and why, in words."""
+
+    device_type: str
+    dtype: torch.dtype
+    native: bool
+    reason: str
+
+    @property
+    def needs_scaler(self) -> bool:
+        """float16 needs a GradScaler against underflow; bfloat16 has float32's range and does not."""
+        return self.dtype == torch.float16
+
+
+def cpu_has_native_bfloat16() -> bool:
+    """Whether this CPU has bfloat16 instructions (AVX-512 BF16 or AMX); without them torch emulates bfloat16."""
+    probes = (getattr(torch.cpu, "_is_avx512_bf16_supported", None), getattr(torch.cpu, "_is_amx_tile_supported", None))
+    return any(bool(probe()) for probe in probes if probe is not None)
+
+
+def autocast_choice(device: torch.device | str, prefer: torch.dtype = torch.float16) -> AutocastChoice:
+    """The autocast dtype for ``device`` on this hardware, and whether it is worth using.
+
+    CUDA: float16 with a GradScaler (``prefer=torch.bfloat16`` picks bfloat16 where the GPU has it
+    natively, Ampere and newer); MPS: float16. CPU: bfloat16, native only with AVX-512 BF16 or AMX; on
+    other CPUs every bfloat16 operation is emulated, so autocast is slower than float32 there and worth
+    running only at a demonstration size.
+    """
+    device = torch.device(device)
+    if device.type == "cuda":
+        name = torch.cuda.get_device_name(device)
+        major, minor = torch.cuda.get_device_capability(device)
+        bf16 = torch.cuda.is_bf16_supported(including_emulation=False)
+        if prefer == torch.bfloat16 and bf16:
+            return AutocastChoice("cuda", torch.bfloat16, True,
+                                  f"autocast to bfloat16 on {name} (compute capability {major}.{minor}): native, no GradScaler needed.")
+        tensor_cores = major >= 7
+        return AutocastChoice("cuda", torch.float16, tensor_cores,
+                              f"autocast to float16 with a GradScaler on {name} (compute capability {major}.{minor}): "
+                              + ("Tensor Cores run it" if tensor_cores else "no Tensor Cores (they start at 7.0), so expect little speed-up")
+                              + ("; bfloat16 is native here too." if bf16 else "; no native bfloat16 on this GPU."))
+    if device.type == "mps":
+        return AutocastChoice("mps", torch.float16, True, "autocast to float16 on the Apple GPU (MPS).")
+    if device.type == "cpu":
+        if cpu_has_native_bfloat16():
+            return AutocastChoice("cpu", torch.bfloat16, True,
+                                  "autocast to bfloat16 on this CPU: it has bfloat16 instructions (AVX-512 BF16 or AMX).")
+        return AutocastChoice("cpu", torch.bfloat16, False,
+                              "autocast to bfloat16 on this CPU is emulated (no AVX-512 BF16 or AMX instructions), "
+                              "so it is slower than float32 here: autocast runs at a demonstration size only.")
+    return AutocastChoice(device.type, torch.float32, False, f"no autocast on {device.type}: float32.")
+
+
+def autocast_dtype(device: torch.device | str, prefer: torch.dtype = torch.float16) -> torch.dtype | None:
+    """The dtype to autocast to on ``device``, or None where autocast would be slower than float32."""
+    choice = autocast_choice(device, prefer)
+    return choice.dtype if choice.native else None
 
 
 def train_step_seconds(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, dtype: torch.dtype | None,

@@ -117,7 +117,7 @@ def train(steps: int, per_rank: int, hidden: int, out: Path) -> dict:
     rank, world = dist.get_rank(), dist.get_world_size()
     torch.manual_seed(rank)  # different on purpose: DDP broadcasts rank 0's weights when it wraps the model
     model = DDP(TinyNet(hidden).to(device), device_ids=[device.index] if gpu_per_rank() else None,
-                find_unused_parameters=True)  # `spare` gets no gradient: DDP must not wait for it
+                find_unused_parameters=True)  # `spare` gets no gradient: without this, step 2 raises
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
     loss_fn = nn.MSELoss()
     timings = []

@@ -12,6 +12,9 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 SMOKE_ENV = "GPUCOURSE_SMOKE"
+# `make test-gpu` sets GPUCOURSE_REQUIRE=cuda: a cell that needs CUDA on a machine without any is an
+# error there, not a skip, so a GPU run proves that every GPU cell ran.
+REQUIRE_ENV = "GPUCOURSE_REQUIRE"
 T = TypeVar("T")
 
 
@@ -35,6 +38,11 @@ def pick_device() -> Any:
     if mps is not None and mps.is_available():
         return torch.device("mps")
     return torch.device("cpu")
+
+
+def required_kinds() -> set[str]:
+    """The accelerator kinds that ``GPUCOURSE_REQUIRE`` (comma-separated) says must be present."""
+    return {k.strip().lower() for k in os.environ.get(REQUIRE_ENV, "").split(",") if k.strip()}
 
 
 def accelerator_count(kind: str) -> int:
@@ -65,20 +73,33 @@ class Setup:
     device: Any
     smoke: bool
 
-    def size(self, full: T, smoke: T) -> T:
-        """``full`` normally, ``smoke`` under GPUCOURSE_SMOKE=1 (CI and grading)."""
-        return smoke if self.smoke else full
+    def size(self, full: T, smoke: T, cpu: T | None = None) -> T:
+        """``full`` normally, ``smoke`` under GPUCOURSE_SMOKE=1 (CI and grading).
+
+        ``cpu``, where given, replaces ``full`` when the device is a CPU: a workload sized for a GPU
+        becomes one that a laptop finishes in minutes. The smoke size wins over both.
+        """
+        if self.smoke:
+            return smoke
+        if cpu is not None and getattr(self.device, "type", str(self.device)) == "cpu":
+            return cpu
+        return full
 
     def needs(self, kind: str, count: int = 1) -> bool:
         """Whether ``count`` devices of ``kind`` ("cuda", "mps" or "tpu") are here.
 
         A GPU- or TPU-only cell starts with ``if S.needs("cuda"):``; when the answer is no, this
         prints why the cell is skipped, so a CPU run (CI, a laptop) says so instead of failing.
+        Under ``GPUCOURSE_REQUIRE=<kind>`` a machine with no device of that kind raises instead; one
+        with some, but fewer than ``count``, still skips (one GPU cannot stand in for two).
         """
         available = accelerator_count(kind)
         if available >= count:
             return True
         what = f"{count} {kind.upper()} device{'s' if count > 1 else ''}"
+        if available == 0 and kind in required_kinds():
+            raise RuntimeError(f"this cell needs {what}, this machine has none, and {REQUIRE_ENV}={kind} "
+                               "says this run must have them")
         print(f"Skipped: this cell needs {what}; this machine has {available} (running on {self.device}).")
         return False
 

@@ -1,7 +1,8 @@
 """Lesson 3 (Tensor Cores): alignment rules, a linter for misaligned layers, TF32 settings, benchmarks.
 
-Tensor Cores multiply small matrix tiles in one instruction. Since cuBLAS 11 and cuDNN 8 they are
-used for any shape, so the "multiple of 8" rules are speed guidance, not requirements: a dimension
+Tensor Cores multiply and accumulate small matrix tiles (one warp-level MMA instruction works on tiles of
+a fixed shape, e.g. 16×16 by 16×8 in float16 on Ampere and Hopper). Since cuBLAS 11 and cuDNN 7.6.3 they
+are used for any shape, so the "multiple of 8" rules are speed guidance, not requirements: a dimension
 that is not a multiple leaves part of a tile (and of the GPU) doing padding work.
 """
 

@@ -6,9 +6,16 @@ them. Its ``judge(data)`` returns ``None`` when the data is right, or a message 
 wrong. Nothing a judge sees can pretend to be something else: an object whose ``__eq__`` always
 says yes is not plain data, so it never reaches a judge.
 
+Each exercise declares its *answers* (``Answer``: the name the grader reads and what it must hold)
+where it registers its cases; the exercise's text and stub in the notebook repeat that line, and an
+observer fetches an answer with ``answer(ns, name)``, so a missing or mistyped answer is reported as
+``define `choices` (a dict from ...)`` rather than as a ``KeyError``.
+
 In a notebook, ``check("parallel_map")`` runs an exercise's public cases right there (this is what
-the test cell under each exercise does, in JupyterLab and on Colab). The course's grader runs the
-observers, public and hidden, in a sandbox, and the judges in its own process.
+the test cell under each exercise does, in JupyterLab and on Colab): it prints one ✓/✗ line per case
+and, when one fails, raises ``CheckFailed``, which IPython shows as one line without a traceback: the
+cell still ends with an error output, so Validate and autograding count it as failed. The course's grader
+runs the observers, public and hidden, in a sandbox, and the judges in its own process.
 """
 
 from __future__ import annotations
@@ -24,6 +31,50 @@ LESSONS = tuple(f"gpucourse.checks.{name}" for name in (  # modules that registe
     "lesson06", "lesson07", "lesson08", "lesson09", "lesson10"))
 
 
+KINDS = {  # Answer.kind -> (test, what to call it in a message)
+    "function": (callable, "a function"),
+    "class": (callable, "a class"),
+    "dict": (lambda v: isinstance(v, dict), "a dict"),
+    "set": (lambda v: hasattr(v, "__iter__") and not isinstance(v, (str, bytes, dict)), "a set"),
+    "str": (lambda v: isinstance(v, str), "a str"),
+}
+
+
+@dataclass(frozen=True)
+class Answer:
+    """A name the grader reads from the student's notebook, and what it must hold.
+
+    ``describes`` completes "define `name` (...)": the same words appear in the exercise's text and
+    stub (``line()``), and in the message a check gives when the answer is missing.
+    """
+    name: str
+    kind: str  # a key of KINDS
+    describes: str
+
+    def line(self) -> str:
+        return f"`{self.name}`: {self.describes}"
+
+    def missing(self) -> str:
+        return f"define `{self.name}` ({self.describes})"
+
+
+class AnswerError(Exception):
+    """An answer the grader reads is missing or of the wrong type; the message says what to define."""
+
+
+class CheckFailed(AssertionError):
+    """``check()`` found failing cases; the ✓/✗ lines above say which (``failures`` holds them)."""
+
+    def __init__(self, summary: str, failures: list[str]):
+        super().__init__(summary)
+        self.failures = failures
+
+    def _render_traceback_(self) -> list[str]:
+        # IPython (Jupyter, Colab) shows this instead of a traceback into the package; the cell still
+        # ends with an error output, which is what Validate and autograding count as a failed test.
+        return [f"\x1b[0;31m{type(self).__name__}\x1b[0m: {self}"]
+
+
 @dataclass(frozen=True)
 class Case:
     name: str
@@ -32,10 +83,43 @@ class Case:
 
 
 PUBLIC: dict[str, list[Case]] = {}
+ANSWERS: dict[str, tuple[Answer, ...]] = {}  # exercise -> the names its checks read
 
 
-def register(exercise: str, *cases: Case) -> None:
+def register(exercise: str, *cases: Case, answers: tuple[Answer, ...] | list[Answer] = ()) -> None:
     PUBLIC.setdefault(exercise, []).extend(cases)
+    if answers:
+        ANSWERS[exercise] = tuple(answers)
+
+
+def declared(name: str) -> Answer | None:
+    """The declaration of the answer called ``name`` (names are unique across the course), or None."""
+    for module in LESSONS:
+        importlib.import_module(module)
+    return next((a for answers in ANSWERS.values() for a in answers if a.name == name), None)
+
+
+def answer_problem(ns: dict, name: str) -> str | None:
+    """Why ``ns`` lacks a usable answer ``name`` (as a student should read it), or None when it is there."""
+    spec = declared(name) or Answer(name, "", "as the exercise asks")
+    if name not in ns:
+        return spec.missing()
+    test, called = KINDS.get(spec.kind, (lambda v: True, ""))
+    value = ns[name]
+    if not test(value):
+        return f"`{name}` must be {called}; got {type(value).__name__} (define `{name}`: {spec.describes})"
+    return None
+
+
+def answer(ns: dict, name: str) -> Any:
+    """``ns[name]``, the student's answer; AnswerError saying what to define when it is missing or mistyped.
+
+    Every observer, public or hidden, reads answers through this, in the notebook and in the grader.
+    """
+    problem = answer_problem(ns, name)
+    if problem:
+        raise AnswerError(problem)
+    return ns[name]
 
 
 def public_cases(exercise: str) -> list[Case]:
@@ -55,6 +139,8 @@ def run_case(case: Case, namespace: dict) -> str | None:
     """Observe and judge in this process; the failure message, or None."""
     try:
         data = as_data(case.observe(namespace))
+    except AnswerError as error:
+        return f"{case.name}: {error}"
     except Exception as error:  # the student's code raising is a failed case, not a crash
         return f"{case.name}: raised {type(error).__name__}: {error}"
     verdict = case.judge(data)
@@ -62,7 +148,7 @@ def run_case(case: Case, namespace: dict) -> str | None:
 
 
 def check(exercise: str, namespace: dict | None = None) -> None:
-    """Run ``exercise``'s public cases on the caller's namespace; raise AssertionError on failure."""
+    """Run ``exercise``'s public cases on the caller's namespace; print ✓/✗ per case; CheckFailed on failure."""
     namespace = namespace if namespace is not None else sys._getframe(1).f_globals
     cases = public_cases(exercise)
     failures = []
@@ -72,5 +158,5 @@ def check(exercise: str, namespace: dict | None = None) -> None:
         if message:
             failures.append(message)
     if failures:
-        raise AssertionError(f"{exercise}: {len(failures)} of {len(cases)} public checks failed:\n" + "\n".join(failures))
+        raise CheckFailed(f"{exercise}: {len(failures)} of {len(cases)} public checks failed (✗ above)", failures)
     print(f"{exercise}: all {len(cases)} public checks passed (grading runs more)")

@@ -78,9 +78,11 @@ def run_exercise_script(ns: dict, exercise: str, names: list[str], world_size: i
 
     ``driver`` ("module:function") is what each rank does with the student's code (see ddp_harness).
     """
-    missing = [name for name in names if not callable(ns.get(name))]
-    if missing:
-        return {"returncode": "not run", "ranks": {}, "tail": f"not defined: {', '.join(missing)}"}
+    from gpucourse.checks import answer_problem
+
+    problems = [problem for problem in (answer_problem(ns, name) for name in names) if problem]
+    if problems:  # the same words as every other check: "define `shard_indices` (a function ...)"
+        return {"returncode": "not run", "ranks": {}, "tail": "; ".join(problems)}
     source = exercise_source(ns, exercise, names)
     todo = unanswered(source, names)
     if todo:  # launching two processes to meet a NotImplementedError costs seconds and says nothing

@@ -6,26 +6,29 @@ source into the sandbox; judges stay with the grader. The grader adds hidden cas
 
 from __future__ import annotations
 
-from gpucourse.checks import Case, register
+from gpucourse.checks import Answer, Case, register
 from gpucourse.checks.ddp import judge_script_ran
 
 
 # --- Exercise 1: parallel_map -------------------------------------------------------------
 
 def observe_squares_io(ns):
+    from gpucourse.checks import answer
     from gpucourse.parallel import square
-    return ns["parallel_map"](square, [1, 2, 3], "io")
+    return answer(ns, "parallel_map")(square, [1, 2, 3], "io")
 
 
 def observe_squares_cpu(ns):
+    from gpucourse.checks import answer
     from gpucourse.parallel import square
-    return ns["parallel_map"](square, [1, 2, 3], "cpu")
+    return answer(ns, "parallel_map")(square, [1, 2, 3], "cpu")
 
 
 def observe_cpu_pids(ns):
     import os
+    from gpucourse.checks import answer
     from gpucourse.parallel import worker_identity
-    return {"me": os.getpid(), "pids": [pid for _, pid, _ in ns["parallel_map"](worker_identity, range(6), "cpu", workers=2)]}
+    return {"me": os.getpid(), "pids": [pid for _, pid, _ in answer(ns, "parallel_map")(worker_identity, range(6), "cpu", workers=2)]}
 
 
 register(
@@ -36,6 +39,9 @@ register(
          lambda d: None if d == [1, 4, 9] else f"expected [1, 4, 9], got {d}"),
     Case("kind='cpu' runs in other processes", observe_cpu_pids,
          lambda d: None if d["me"] not in d["pids"] else "ran in this process: use processes for GIL-bound work"),
+    answers=[Answer("parallel_map", "function",
+                    'a function parallel_map(fn, items, kind, workers=None) returning the list [fn(x) for x in items], '
+                    'in order; kind is "cpu" or "io"')],
 )
 
 
@@ -47,10 +53,11 @@ def observe_small_file(ns):
     from pathlib import Path
 
     import torch
+    from gpucourse.checks import answer
     from gpucourse.parallel import write_int_lines
 
     path = write_int_lines(Path(tempfile.mkdtemp()) / "ints.txt", [7, -2, 40, 5])
-    dataset = ns["LinesDataset"](path)
+    dataset = answer(ns, "LinesDataset")(path)
     first = dataset[0]
     copy = pickle.loads(pickle.dumps(dataset))
     return {
@@ -71,28 +78,31 @@ def _judge_small_file(d):
     return None
 
 
-register("lines_dataset", Case("len, ds[0] and a pickle round trip", observe_small_file, _judge_small_file))
+register("lines_dataset", Case("len, ds[0] and a pickle round trip", observe_small_file, _judge_small_file),
+         answers=[Answer("LinesDataset", "class",
+                         "a torch Dataset class: LinesDataset(path) over a text file of one integer per line, "
+                         "ds[i] a tensor holding line i")])
 
 
 # --- Exercise 3: choosing the tool --------------------------------------------------------
 
 def observe_choices(ns):
-    choices = ns["choices"]
-    if not isinstance(choices, dict):
-        return {"error": f"choices is a {type(choices).__name__}, not a dict"}
+    from gpucourse.checks import answer
+    choices = answer(ns, "choices")
     return {str(k): str(v).strip().lower() for k, v in choices.items()}
 
 
 def _judge_choices_form(d):
-    if "error" in d:
-        return d["error"]
     if set(d) != set("abcdef"):
         return f"answer exactly the keys a-f, got {sorted(d)}"
     unknown = {k: v for k, v in d.items() if v not in {"serial", "threads", "processes", "asyncio"}}
     return f"unknown tools {unknown}; use serial, threads, processes or asyncio" if unknown else None
 
 
-register("choose_tools", Case("one known tool for each of a-f", observe_choices, _judge_choices_form))
+register("choose_tools", Case("one known tool for each of a-f", observe_choices, _judge_choices_form),
+         answers=[Answer("choices", "dict",
+                         'a dict from each workload key "a", "b", "c", "d", "e", "f" to one tool, a str: '
+                         '"serial", "threads", "processes" or "asyncio"')])
 
 
 # --- Exercise 5: processes that talk (run as a 2-process script) --------------------------
@@ -136,4 +146,8 @@ def _judge_ranks_agree(d):
     return None
 
 
-register("average_across_ranks", Case("both ranks finish and agree", observe_ranks, _judge_ranks_agree))
+register("average_across_ranks", Case("both ranks finish and agree", observe_ranks, _judge_ranks_agree),
+         answers=[Answer("shard_indices", "function",
+                         "a function shard_indices(n, rank, world_size) returning the list of indices (ints) this rank handles"),
+                  Answer("average_across_ranks", "function",
+                         "a function average_across_ranks(tensor) returning a new tensor, the element-wise mean over all ranks")])

@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
-from gpucourse.checks import Case, register
+from gpucourse.checks import Answer, Case, register
 
 
 # --- Exercise 1: device-agnostic code ------------------------------------------------------
 
 def observe_positions_cpu(ns):
     import torch
+    from gpucourse.checks import answer
     x = torch.zeros(2, 4, 3)
-    out = ns["add_positions"](x)
+    out = answer(ns, "add_positions")(x)
     return {"device": str(out.device), "dtype": str(out.dtype), "shape": list(out.shape),
             "values": out[0, :, 0].tolist(), "input_untouched": bool((x == 0).all())}
 
@@ -25,7 +26,8 @@ def _judge_positions_cpu(d):
 
 def observe_positions_meta(ns):
     import torch
-    out = ns["add_positions"](torch.empty(2, 5, 3, device="meta", dtype=torch.float16))
+    from gpucourse.checks import answer
+    out = answer(ns, "add_positions")(torch.empty(2, 5, 3, device="meta", dtype=torch.float16))
     return {"device": str(out.device), "dtype": str(out.dtype), "shape": list(out.shape)}
 
 
@@ -35,32 +37,39 @@ register(
     Case("follows x to another device and dtype (meta, float16)", observe_positions_meta,
          lambda d: None if d == {"device": "meta", "dtype": "torch.float16", "shape": [2, 5, 3]}
          else f"expected meta/float16/[2, 5, 3], got {d['device']}/{d['dtype']}/{d['shape']}"),
+    answers=[Answer("add_positions", "function",
+                    "a function add_positions(x) returning a new tensor with x's shape, dtype and device")],
 )
 
 
 # --- Exercise 2: a timing harness -----------------------------------------------------------
 
 def observe_measure(ns):
+    from gpucourse.checks import answer
     from gpucourse.cuda import AsyncDevice
     device = AsyncDevice()
-    seconds = ns["measure"](lambda: device.launch(0.02), device.synchronize, warmup=2, repeats=5)
+    seconds = answer(ns, "measure")(lambda: device.launch(0.02), device.synchronize, warmup=2, repeats=5)
     return {"seconds": float(seconds), "launches": device.launches}
 
 
 register("measure", Case("20 ms of asynchronous work per call measures as about 20 ms", observe_measure,
                          lambda d: None if 0.012 <= d["seconds"] <= 0.05
-                         else f"measured {1000 * d['seconds']:.3f} ms per call for 20 ms of device work"))
+                         else f"measured {1000 * d['seconds']:.3f} ms per call for 20 ms of device work"),
+         answers=[Answer("measure", "function",
+                         "a function measure(run, synchronize, warmup=2, repeats=5) returning the median seconds "
+                         "per call of run(), a float")])
 
 
 # --- Exercise 3: synchronization points ------------------------------------------------------
 
 def observe_sync_lines(ns):
-    lines = ns["sync_lines"]
-    if isinstance(lines, (str, bytes, dict)) or not hasattr(lines, "__iter__"):
-        return {"error": f"sync_lines is a {type(lines).__name__}; give a set of line numbers"}
+    from gpucourse.checks import answer
+    lines = answer(ns, "sync_lines")
     return {"lines": sorted(int(n) for n in lines)}
 
 
 register("sync_lines", Case("a set of line numbers between 1 and 14", observe_sync_lines,
                             lambda d: d.get("error") or (None if d["lines"] and all(1 <= n <= 14 for n in d["lines"])
-                                                         else f"line numbers must be 1..14, got {d['lines']}")))
+                                                         else f"line numbers must be 1..14, got {d['lines']}")),
+         answers=[Answer("sync_lines", "set",
+                         "a set of ints, the numbers (1 to 14) of the lines that make the CPU wait for the GPU")])

@@ -2,18 +2,19 @@
 
 from __future__ import annotations
 
-from gpucourse.checks import Case, register
+from gpucourse.checks import Answer, Case, register
 
 
 def observe_pad_mlp(ns):
     import torch
     from torch import nn
+    from gpucourse.checks import answer
     from gpucourse.tensor_cores import example_mlp
 
     torch.manual_seed(0)
     model = example_mlp([15, 30, 20, 3]).double()
     before = {k: v.clone() for k, v in model.state_dict().items()}
-    padded = ns["pad_mlp"](model)
+    padded = answer(ns, "pad_mlp")(model)
     x = torch.randn(16, 15, dtype=torch.float64)
     with torch.no_grad():
         diff = (padded(x) - model(x)).abs().max().item()
@@ -29,15 +30,16 @@ def _judge_pad_mlp(d):
     return None if d["unchanged"] else "the original model was changed: build a new one"
 
 
-register("pad_mlp", Case("15-30-20-3 with ReLU: widths, same function, original untouched", observe_pad_mlp, _judge_pad_mlp))
+register("pad_mlp", Case("15-30-20-3 with ReLU: widths, same function, original untouched", observe_pad_mlp, _judge_pad_mlp),
+         answers=[Answer("pad_mlp", "function",
+                         "a function pad_mlp(model, multiple=8) returning a new nn.Sequential with padded hidden widths")])
 
 
 def observe_case_answers(ns):
+    from gpucourse.checks import answer
     from gpucourse.tensor_cores import CODES
 
-    answers = ns["case_answers"]
-    if not isinstance(answers, dict):
-        return {"error": f"case_answers is a {type(answers).__name__}, not a dict"}
+    answers = answer(ns, "case_answers")
     out = {}
     for case, codes in answers.items():
         if isinstance(codes, (str, bytes)) or not hasattr(codes, "__iter__"):
@@ -55,4 +57,6 @@ def _judge_case_form(d):
     return f"unknown codes {d['unknown']}: use the keys of CODES" if d["unknown"] else None
 
 
-register("case_answers", Case("cases 1-3, each a set of known codes", observe_case_answers, _judge_case_form))
+register("case_answers", Case("cases 1-3, each a set of known codes", observe_case_answers, _judge_case_form),
+         answers=[Answer("case_answers", "dict",
+                         "a dict from each case number 1, 2, 3 (ints) to a set of codes, each code a str key of T.CODES")])

@@ -7,12 +7,13 @@ or not, scale/step/update/zero_grad in which order) and the losses it saw.
 
 from __future__ import annotations
 
-from gpucourse.checks import Case, register
+from gpucourse.checks import Answer, Case, register
 
 
 def observe_training(ns):
     import torch
     from torch import nn
+    from gpucourse.checks import answer
 
     events = []
 
@@ -69,10 +70,10 @@ def observe_training(ns):
     model = Recorded()
     optimizer = RecordedSGD(model.parameters(), lr=0.1)
     scaler = RecordedScaler("cpu", enabled=True)  # float16 on the CPU: a real loss scale
-    losses = [float(ns["train_epoch"](model, loader, optimizer, scaler, "cpu", torch.float16)) for _ in range(3)]
+    losses = [float(answer(ns, "train_epoch")(model, loader, optimizer, scaler, "cpu", torch.float16)) for _ in range(3)]
     training = list(events)
     events.clear()
-    accuracy = float(ns["evaluate"](model, loader, "cpu", torch.float16))
+    accuracy = float(answer(ns, "evaluate")(model, loader, "cpu", torch.float16))
     with torch.no_grad():
         correct = sum(int((model.net(x).argmax(1) == y).sum()) for x, y in loader)
     return {"losses": losses, "events": training, "eval_events": list(events), "accuracy": accuracy,
@@ -100,4 +101,10 @@ def _judge_evaluate(d):
 
 register("train_epoch",
          Case("autocast around the forward, scaled backward outside it, loss going down", observe_training, _judge_autocast_and_loss),
-         Case("evaluate under autocast and no_grad, returning accuracy", observe_training, _judge_evaluate))
+         Case("evaluate under autocast and no_grad, returning accuracy", observe_training, _judge_evaluate),
+         answers=[Answer("train_epoch", "function",
+                         "a function train_epoch(model, loader, optimizer, scaler, device_type, dtype) "
+                         "returning the epoch's mean loss, a float"),
+                  Answer("evaluate", "function",
+                         "a function evaluate(model, loader, device_type, dtype) returning the fraction of "
+                         "correct predictions, a float")])

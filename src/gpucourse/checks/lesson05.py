@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 
-from gpucourse.checks import Case, register
+from gpucourse.checks import Answer, Case, register
 
 
 @contextlib.contextmanager
@@ -44,15 +44,16 @@ def recording_moves():
 
 def observe_to_device(ns):
     import torch
+    from gpucourse.checks import answer
     from gpucourse.checks.lesson05 import recording_moves
 
     batch = {"x": torch.full((2, 2), 1.0), "pair": (torch.full((3,), 2.0), torch.full((1,), 3.0)), "name": "b0", "index": 7}
     with recording_moves() as (pinned_ids, calls):
         pinned_ids.update({id(batch["x"]), id(batch["pair"][0])})
-        moved = ns["to_device"](batch, torch.device("cuda"))
+        moved = answer(ns, "to_device")(batch, torch.device("cuda"))
         to_gpu = list(calls)
         calls.clear()
-        back = ns["to_device"]({"y": torch.full((2,), 4.0)}, torch.device("cpu"))
+        back = answer(ns, "to_device")({"y": torch.full((2,), 4.0)}, torch.device("cpu"))
         to_cpu = list(calls)
     return {"gpu_calls": sorted(to_gpu, key=lambda c: c["leaf"] or 0), "cpu_calls": to_cpu,
             "structure": {"type": type(moved).__name__, "keys": sorted(moved) if isinstance(moved, dict) else None,
@@ -78,19 +79,22 @@ def _judge_to_device(d):
     return None
 
 
-register("to_device", Case("a nested batch to CUDA (two pinned tensors, one not) and back", observe_to_device, _judge_to_device))
+register("to_device", Case("a nested batch to CUDA (two pinned tensors, one not) and back", observe_to_device, _judge_to_device),
+         answers=[Answer("to_device", "function",
+                         "a function to_device(batch, device) returning the same structure with every tensor moved")])
 
 
 def observe_channels_last(ns):
     import torch
     from torch import nn
+    from gpucourse.checks import answer
 
     torch.manual_seed(0)
     model = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), nn.Conv2d(8, 4, 3)).eval()
     images = torch.randn(2, 3, 10, 10)
     with torch.no_grad():
         expected = model(images)
-    new_model, new_images = ns["to_channels_last"](model, images)
+    new_model, new_images = answer(ns, "to_channels_last")(model, images)
     with torch.no_grad():
         out = new_model(new_images)
     return {"images_nhwc": bool(new_images.is_contiguous(memory_format=torch.channels_last)),
@@ -101,13 +105,14 @@ def observe_channels_last(ns):
 
 register("to_channels_last", Case("images and conv weights channels-last, same shapes and results", observe_channels_last,
                                   lambda d: None if d["images_nhwc"] and all(d["weights_nhwc"]) and d["shape"] == [2, 3, 10, 10]
-                                  and d["diff"] < 1e-5 else f"got {d}"))
+                                  and d["diff"] < 1e-5 else f"got {d}"),
+         answers=[Answer("to_channels_last", "function",
+                         "a function to_channels_last(model, images) returning the pair (model, images), both channels-last")])
 
 
 def observe_loader_settings(ns):
-    settings = ns["loader_settings"]
-    if not isinstance(settings, dict):
-        return {"error": f"loader_settings is a {type(settings).__name__}, not a dict"}
+    from gpucourse.checks import answer
+    settings = answer(ns, "loader_settings")
     out = {}
     for key, value in settings.items():
         if not isinstance(value, dict):
@@ -126,4 +131,7 @@ def _judge_loader_form(d):
     return f"scenario(s) {bad}: num_workers >= 0, and persistent_workers needs workers" if bad else None
 
 
-register("loader_settings", Case("settings for scenarios a-d", observe_loader_settings, _judge_loader_form))
+register("loader_settings", Case("settings for scenarios a-d", observe_loader_settings, _judge_loader_form),
+         answers=[Answer("loader_settings", "dict",
+                         'a dict from each scenario key "a", "b", "c", "d" to a dict of its settings: '
+                         '{"pin_memory": bool, "num_workers": int, "persistent_workers": bool}')])

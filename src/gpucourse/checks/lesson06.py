@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 
-from gpucourse.checks import Case, register
+from gpucourse.checks import Answer, Case, register
 
 # --- Exercise 1: parse_devices ---------------------------------------------------------------
 
@@ -54,12 +54,14 @@ def describe(result):
 
 
 def observe_parse(ns, cases):
+    from gpucourse.checks import answer
     from gpucourse.checks.lesson06 import describe, lightning_parser_switched_off
+    parse = answer(ns, "parse_devices")
     results = []
     for devices, available in cases:
         with lightning_parser_switched_off():
             try:
-                got = ns["parse_devices"](devices, available)
+                got = parse(devices, available)
             except Exception as error:
                 got = error
         results.append(describe(got))
@@ -81,24 +83,27 @@ def observe_table(ns):
     return observe_parse(ns, TABLE)
 
 
-register("parse_devices", Case("the devices table on a machine with 4 GPUs", observe_table, lambda d: judge_parse(d, TABLE)))
+register("parse_devices", Case("the devices table on a machine with 4 GPUs", observe_table, lambda d: judge_parse(d, TABLE)),
+         answers=[Answer("parse_devices", "function",
+                         "a function parse_devices(devices, available) returning a list of GPU indices (ints) or None")])
 
 
 # --- Exercise 2: a device-agnostic module -------------------------------------------------------
 
 def observe_agnostic(ns):
     import torch
+    from gpucourse.checks import answer
 
     mean, std = [1.0, -2.0, 0.5], [2.0, 0.5, 1.0]
     torch.manual_seed(0)
-    model = ns["AgnosticStandardize"](mean, std)
+    model = answer(ns, "AgnosticStandardize")(mean, std)
     x = torch.randn(5, 3)
     w, b = model.readout.weight.detach(), model.readout.bias.detach()
     expected = ((x - torch.tensor(mean)) / torch.tensor(std)) @ w.T + b + 1
     out = model(x)
     record = {"cpu": {"shape": list(out.shape), "close": bool(torch.allclose(out, expected, atol=1e-5))},
               "parameters": sorted(name for name, _ in model.named_parameters())}
-    twin = ns["AgnosticStandardize"](mean, std).double()
+    twin = answer(ns, "AgnosticStandardize")(mean, std).double()
     try:
         out64 = twin(x.double())
         record["float64"] = {"dtype": str(out64.dtype), "device": str(out64.device)}
@@ -125,7 +130,9 @@ def judge_agnostic(d):
     return None
 
 
-register("device_agnostic", Case("same function; follows .to(device) and .double()", observe_agnostic, judge_agnostic))
+register("device_agnostic", Case("same function; follows .to(device) and .double()", observe_agnostic, judge_agnostic),
+         answers=[Answer("AgnosticStandardize", "class",
+                         "an nn.Module class AgnosticStandardize(mean, std) with a read-out layer self.readout")])
 
 
 # --- Exercise 3: picklable for ddp_spawn -------------------------------------------------------
@@ -136,8 +143,9 @@ def observe_picklable(ns, noise=0.3):
 
     import torch
     from torch.nn import functional as F
+    from gpucourse.checks import answer
 
-    model = ns["SpawnSafeRegressor"](noise=noise)
+    model = answer(ns, "SpawnSafeRegressor")(noise=noise)
     try:
         clone = pickle.loads(bytes(ForkingPickler.dumps(model)))  # what ddp_spawn does to your module
     except Exception as error:
@@ -170,7 +178,9 @@ def judge_picklable(d):
     return None
 
 
-register("picklable", Case("pickles like ddp_spawn does, and behaves the same", observe_picklable, judge_picklable))
+register("picklable", Case("pickles like ddp_spawn does, and behaves the same", observe_picklable, judge_picklable),
+         answers=[Answer("SpawnSafeRegressor", "class",
+                         "a LightningModule class SpawnSafeRegressor(noise=0.1) with net, augment(x) and training_step")])
 
 
 # --- Exercise 4: effective batch size and learning rate -------------------------------------------
@@ -183,10 +193,12 @@ BATCH_CASES = [
 
 
 def observe_batch(ns, cases, lr_cases):
+    from gpucourse.checks import answer
+    effective_batch_size, scaled_learning_rate = answer(ns, "effective_batch_size"), answer(ns, "scaled_learning_rate")
     results = []
     for case in cases:
         try:
-            results.append(ns["effective_batch_size"](**case))
+            results.append(effective_batch_size(**case))
         except ValueError:
             results.append("ValueError")
         except Exception as error:
@@ -194,7 +206,7 @@ def observe_batch(ns, cases, lr_cases):
     lrs = []
     for case in lr_cases:
         try:
-            lrs.append(float(ns["scaled_learning_rate"](**case)))
+            lrs.append(float(scaled_learning_rate(**case)))
         except Exception as error:
             lrs.append(f"raised {type(error).__name__}")
     return {"batch": results, "lr": lrs}
@@ -220,4 +232,10 @@ def observe_batch_examples(ns):
 
 
 register("effective_batch", Case("the seed's examples and one with accumulation", observe_batch_examples,
-                                 lambda d: judge_batch(d, [56, 560, 256], [0.4], BATCH_CASES)))
+                                 lambda d: judge_batch(d, [56, 560, 256], [0.4], BATCH_CASES)),
+         answers=[Answer("effective_batch_size", "function",
+                         "a function effective_batch_size(batch_size, devices, num_nodes=1, strategy=\"ddp\", "
+                         "accumulate_grad_batches=1) returning samples per optimizer step, an int"),
+                  Answer("scaled_learning_rate", "function",
+                         "a function scaled_learning_rate(base_lr, base_batch_size, effective_batch_size) "
+                         "returning the scaled learning rate, a float")])

@@ -6,7 +6,7 @@ are what every rank does with the student's code, and each returns that rank's r
 
 from __future__ import annotations
 
-from gpucourse.checks import Case, register
+from gpucourse.checks import Answer, Case, register
 from gpucourse.checks.ddp import judge_script_ran
 
 # --- Exercise 1: averaging gradients by hand ------------------------------------------------
@@ -75,7 +75,10 @@ def _judge_matches_ddp(d):
     return None
 
 
-register("average_gradients", Case("both ranks end with DDP's weights", observe_average_gradients, _judge_matches_ddp))
+register("average_gradients", Case("both ranks end with DDP's weights", observe_average_gradients, _judge_matches_ddp),
+         answers=[Answer("average_gradients", "function",
+                         "a function average_gradients(model) that replaces every parameter's .grad with its mean "
+                         "over all processes")])
 
 
 # --- Exercise 2: a Lightning DDP script with synced metrics ----------------------------------
@@ -141,4 +144,9 @@ def _judge_ddp_and_loss(d):
 
 
 register("synced_metrics", Case("DDP on 2 processes, identical weights, val_loss over all ranks",
-                                observe_synced_metrics, _judge_ddp_and_loss))
+                                observe_synced_metrics, _judge_ddp_and_loss),
+         answers=[Answer("SyncedRegressor", "class",
+                         'a LightningModule class SyncedRegressor() that logs "val_loss" and "val_max_error" '
+                         "over the whole validation set"),
+                  Answer("make_trainer", "function",
+                         "a function make_trainer(max_epochs, accelerator, devices) returning a pl.Trainer that runs DDP")])

@@ -7,15 +7,16 @@ student's code (the thing that stalls a TPU) is counted.
 
 from __future__ import annotations
 
-from gpucourse.checks import Case, register
+from gpucourse.checks import Answer, Case, register
 
 # --- Exercise 1: pad_to_bucket -------------------------------------------------------------
 
 
 def observe_pad_small(ns):
     import torch
+    from gpucourse.checks import answer
 
-    pad = ns["pad_to_bucket"]
+    pad = answer(ns, "pad_to_bucket")
     padded, mask = pad([torch.tensor([5, 6, 7]), torch.tensor([1])], (4, 8))
     out = {"padded": padded.tolist(), "mask": mask.tolist(), "dtype": str(padded.dtype), "mask_dtype": str(mask.dtype)}
     try:
@@ -43,7 +44,10 @@ def judge_pad_small(d):
     return None
 
 
-register("pad_to_bucket", Case("two sequences, buckets (4, 8); a sequence of 9 tokens", observe_pad_small, judge_pad_small))
+register("pad_to_bucket", Case("two sequences, buckets (4, 8); a sequence of 9 tokens", observe_pad_small, judge_pad_small),
+         answers=[Answer("pad_to_bucket", "function",
+                         "a function pad_to_bucket(batch, buckets, pad_value=0) returning the pair (padded, mask) "
+                         "of tensors")])
 
 
 # --- Exercise 2: log_losses ----------------------------------------------------------------
@@ -52,6 +56,7 @@ register("pad_to_bucket", Case("two sequences, buckets (4, 8); a sequence of 9 t
 def observe_log_losses(ns, losses, every, requires_grad=False):
     """Run ``log_losses`` on batches 0..n-1 whose step returns ``losses[i]``; count host reads."""
     import torch
+    from gpucourse.checks import answer
     from gpucourse.xla import count_host_reads
 
     weight = torch.ones((), requires_grad=requires_grad)
@@ -62,8 +67,9 @@ def observe_log_losses(ns, losses, every, requires_grad=False):
         steps.append(batch)
         return weight * values[batch]
 
+    log_losses = answer(ns, "log_losses")
     with count_host_reads() as reads:
-        result = ns["log_losses"](step, list(range(len(losses))), every)
+        result = log_losses(step, list(range(len(losses))), every)
     return {"result": [float(v) for v in result] if isinstance(result, list) else None,
             "result_type": type(result).__name__,
             "types": sorted({type(v).__name__ for v in result}) if isinstance(result, list) else [],
@@ -103,4 +109,7 @@ def observe_log_losses_public(ns):
     return observe_log_losses(ns, PUBLIC_LOSSES, 3)
 
 
-register("log_losses", Case("7 steps logged every 3 steps", observe_log_losses_public, judge_log_losses(PUBLIC_LOSSES, 3)))
+register("log_losses", Case("7 steps logged every 3 steps", observe_log_losses_public, judge_log_losses(PUBLIC_LOSSES, 3)),
+         answers=[Answer("log_losses", "function",
+                         "a function log_losses(step, batches, every) returning a list of Python floats, "
+                         "the mean loss of each group of steps")])

@@ -9,7 +9,7 @@ seconds).
 
 from __future__ import annotations
 
-from gpucourse.checks import Case, register
+from gpucourse.checks import Answer, Case, register
 
 
 # --- Exercise 1: mape ------------------------------------------------------------------------
@@ -41,6 +41,10 @@ def observe_mape_cases(ns, cases):
     """Call ``ns["mape"]`` on each case's two series; record a number or the exception's type name."""
     import numbers
 
+    from gpucourse.checks import answer
+
+    mape = answer(ns, "mape")  # before importing Darts (seconds): a missing answer is reported at once
+
     import numpy as np
     import pandas as pd
     from darts import TimeSeries
@@ -53,7 +57,7 @@ def observe_mape_cases(ns, cases):
     for case in cases:
         actual, forecast = series(case["actual_start"], case["actual"]), series(case["forecast_start"], case["forecast"])
         try:
-            value = ns["mape"](actual, forecast)
+            value = mape(actual, forecast)
         except NotImplementedError:
             raise
         except Exception as error:  # an exception is an answer here: zeros must raise ValueError
@@ -100,7 +104,10 @@ def judge_mape_results(results, expected) -> str | None:
 
 
 register("mape", Case("three small cases: same span, a shorter forecast, a zero", observe_public_mape,
-                      lambda d: judge_mape_results(d, PUBLIC_MAPE_EXPECTED)))
+                      lambda d: judge_mape_results(d, PUBLIC_MAPE_EXPECTED)),
+         answers=[Answer("mape", "function",
+                         "a function mape(actual, forecast) of two Darts TimeSeries returning the MAPE in percent, "
+                         "a float")])
 
 
 # --- Exercise 2: modern_trainer_kwargs --------------------------------------------------------
@@ -125,13 +132,15 @@ def observe_trainer_kwargs_cases(ns, inputs):
     """Call ``ns["modern_trainer_kwargs"]`` on copies of ``inputs``; record results, rejected keys, mutation."""
     import copy
 
+    from gpucourse.checks import answer
     from gpucourse.checks.lesson09 import trainer_parameters
 
+    modern_trainer_kwargs = answer(ns, "modern_trainer_kwargs")
     accepted = set(trainer_parameters())
     results = []
     for old in inputs:
         given = copy.deepcopy(old)
-        new = ns["modern_trainer_kwargs"](given)
+        new = modern_trainer_kwargs(given)
         if not isinstance(new, dict):
             results.append({"type": type(new).__name__})
             continue
@@ -149,7 +158,7 @@ PUBLIC_TRAINER_INPUTS = [
 ]
 PUBLIC_TRAINER_EXPECTED = [
     {"accelerator": "gpu", "devices": -1},
-    {"accelerator": "tpu", "devices": [4]},
+    {"accelerator": "tpu", "devices": [3]},  # 1.x numbered TPU cores from 1, devices counts from 0
     {"accelerator": "gpu", "devices": 2, "max_epochs": 5},
 ]
 
@@ -175,4 +184,6 @@ def judge_trainer_kwargs(results, inputs, expected) -> str | None:
 
 
 register("modern_trainer_kwargs", Case("the seed's two dicts and gpus=2", observe_public_trainer_kwargs,
-                                       lambda d: judge_trainer_kwargs(d, PUBLIC_TRAINER_INPUTS, PUBLIC_TRAINER_EXPECTED)))
+                                       lambda d: judge_trainer_kwargs(d, PUBLIC_TRAINER_INPUTS, PUBLIC_TRAINER_EXPECTED)),
+         answers=[Answer("modern_trainer_kwargs", "function",
+                         "a function modern_trainer_kwargs(old) returning a new dict of Trainer arguments")])

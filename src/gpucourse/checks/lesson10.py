@@ -1,8 +1,8 @@
 """Public checks for lesson 10 (beyond one machine). Observers are self-contained: see lesson01.py.
 
-``slurm_ranks`` is judged against what Lightning's ``SLURMEnvironment`` derives. The grader does not
-import Lightning for that (it takes seconds per kernel): :func:`lightning_slurm_ranks` restates its
-rules as plain data, and ``tests/test_cluster.py`` holds the two equal over many simulated jobs.
+``slurm_ranks`` is judged against what Lightning's ``SLURMEnvironment`` derives. The public case states
+those values from the job's shape (task t of a 2-node x 4-GPU job is global rank t, local rank t % 4,
+node t // 4); the grader's own cases compare with Lightning's rules, which are not in this package.
 ``sbatch_for`` is judged by parsing the script as ``sbatch`` would: :func:`parse_sbatch`.
 """
 
@@ -11,29 +11,9 @@ from __future__ import annotations
 import re
 import shlex
 
-from gpucourse.checks import Case, register
+from gpucourse.checks import Answer, Case, register
 
 RANK_KEYS = ("global_rank", "local_rank", "node_rank", "world_size", "main_address")
-
-
-def lightning_slurm_ranks(env: dict) -> dict | None:
-    """What Lightning 2.6's SLURMEnvironment derives from a task's ``env``; None when it stays out.
-
-    Mirrors ``lightning_fabric.plugins.environments.slurm``: detected when SLURM_NTASKS is set and the
-    job is not named "bash" or "interactive"; ranks and world size are read, not computed; the main
-    address is MASTER_ADDR if set, else the first host of SLURM_NODELIST.
-    """
-    if "SLURM_NTASKS" not in env or env.get("SLURM_JOB_NAME") in ("bash", "interactive"):
-        return None
-    if "MASTER_ADDR" in env:
-        address = env["MASTER_ADDR"]
-    else:
-        nodes = env.get("SLURM_NODELIST", "127.0.0.1")
-        nodes = re.sub(r"\[(.*?)[,-].*\]", "\\1", nodes)
-        nodes = re.sub(r"\[(.*?)\]", "\\1", nodes)
-        address = nodes.split(" ")[0].split(",")[0]
-    return {"global_rank": int(env["SLURM_PROCID"]), "local_rank": int(env["SLURM_LOCALID"]),
-            "node_rank": int(env["SLURM_NODEID"]), "world_size": int(env["SLURM_NTASKS"]), "main_address": address}
 
 
 def build_jobs(jobs: list) -> list[dict]:
@@ -46,12 +26,13 @@ def build_jobs(jobs: list) -> list[dict]:
 
 def observe_ranks_for(ns, jobs, plain_extra=()):
     """Call ``slurm_ranks`` on a copy of every task's env; return the envs and what came back, as data."""
+    from gpucourse.checks import answer
     from gpucourse.checks.lesson10 import build_jobs
 
     envs = build_jobs(jobs) + [dict(e) for e in plain_extra]
     results = []
     for env in envs:
-        got = ns["slurm_ranks"](dict(env))
+        got = answer(ns, "slurm_ranks")(dict(env))
         if got is None:
             results.append(None)
         elif isinstance(got, dict):
@@ -61,12 +42,11 @@ def observe_ranks_for(ns, jobs, plain_extra=()):
     return {"envs": envs, "results": results}
 
 
-def judge_ranks(expected_envs: list[dict], data) -> str | None:
-    """Compare ``slurm_ranks``' results with Lightning's, task by task; the first difference, or None."""
+def judge_ranks(expected_envs: list[dict], wants: list[dict | None], data) -> str | None:
+    """Compare ``slurm_ranks``' results with Lightning's (``wants``, one per task); the first difference, or None."""
     if data["envs"] != expected_envs:
         return "the tasks' environments were changed while checking"
-    for env, got in zip(expected_envs, data["results"]):
-        want = lightning_slurm_ranks(env)
+    for env, want, got in zip(expected_envs, wants, data["results"]):
         task = (f"task SLURM_PROCID={env.get('SLURM_PROCID')} of a {env.get('SLURM_NNODES')}-node job"
                 f" named {env.get('SLURM_JOB_NAME')!r}" if env else "a process started without SLURM")
         if want is None:
@@ -97,12 +77,21 @@ def observe_ranks_public(ns):
     return observe_ranks_for(ns, PUBLIC_RANK_JOBS, plain_extra=[INTERACTIVE_SHELL, {}])
 
 
+# What Lightning derives for each public task: ranks from the job's shape, the first host as main address;
+# an interactive shell and a process started without SLURM are left to other environments (None).
+PUBLIC_RANK_WANTS = [{"global_rank": t, "local_rank": t % 4, "node_rank": t // 4, "world_size": 8,
+                      "main_address": "gpu017"} for t in range(8)] + [None, None]
+
+
 def _judge_ranks_public(data):
-    return judge_ranks(build_jobs(PUBLIC_RANK_JOBS) + [INTERACTIVE_SHELL, {}], data)
+    return judge_ranks(build_jobs(PUBLIC_RANK_JOBS) + [INTERACTIVE_SHELL, {}], PUBLIC_RANK_WANTS, data)
 
 
 register("slurm_ranks", Case("every task of a 2-node × 4-GPU job, an interactive shell, no SLURM at all",
-                             observe_ranks_public, _judge_ranks_public))
+                             observe_ranks_public, _judge_ranks_public),
+         answers=[Answer("slurm_ranks", "function",
+                         'a function slurm_ranks(env) returning None or a dict with the ints "global_rank", '
+                         '"local_rank", "node_rank", "world_size" and the str "main_address"')])
 
 
 # --- Exercise 2: sbatch_for ---------------------------------------------------------------
@@ -217,9 +206,10 @@ PUBLIC_SBATCH = [{"nodes": 2, "gpus": 4, "command": "python train.py"},
 
 def observe_sbatch_for(ns, requests):
     """The scripts ``sbatch_for`` writes for ``requests``; anything but a str is reported by its type."""
+    from gpucourse.checks import answer
     texts = []
     for r in requests:
-        text = ns["sbatch_for"](r["nodes"], r["gpus"], r["command"])
+        text = answer(ns, "sbatch_for")(r["nodes"], r["gpus"], r["command"])
         texts.append(text if type(text) is str else f"<a {type(text).__name__}>")
     return texts
 
@@ -241,4 +231,6 @@ def observe_sbatch_public(ns):
 
 
 register("sbatch_for", Case("2 nodes × 4 GPUs and 1 node × 2 GPUs, read as sbatch reads them",
-                            observe_sbatch_public, lambda texts: judge_sbatch_all(PUBLIC_SBATCH, texts)))
+                            observe_sbatch_public, lambda texts: judge_sbatch_all(PUBLIC_SBATCH, texts)),
+         answers=[Answer("sbatch_for", "function",
+                         "a function sbatch_for(nodes, gpus_per_node, command) returning the script's text, a str")])

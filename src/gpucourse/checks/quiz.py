@@ -1,28 +1,40 @@
 """Public checks for the assessment quiz: each answer must be one of the offered letters.
 
-Whether it is the right letter is for grading to say (autograders/checks/quiz_gpu_data_parallel.py),
-with a hint when it is not.
+Whether it is the right letter is for grading to say (the quiz's hidden checks), with a hint when it
+is not.
 """
 
 from __future__ import annotations
 
-from gpucourse.checks import Case, register
+from gpucourse.checks import Answer, Case, register
 
 QUESTIONS = tuple(f"q{n}" for n in range(1, 11))
+LETTERS = 'a str, one of the letters "a", "b", "c", "d"'
 
 
 def observe_answer(ns):
-    # one observation serves every question: all answers qN that exist
-    return {name: str(ns[name]).strip().lower() for name in (f"q{n}" for n in range(1, 11)) if name in ns}
+    # one observation serves every question: each answer qN that exists, as a letter, or what is wrong with it
+    from gpucourse.checks import answer_problem
+
+    found = {}
+    for name in (f"q{n}" for n in range(1, 11)):
+        if name in ns:
+            problem = answer_problem(ns, name)
+            found[name] = {"problem": problem} if problem else ns[name].strip().lower()
+    return found
 
 
-def _form(question):
+def judge_form(question):
+    """A judge: ``question`` is answered with a str that is one of the letters (its "define ..." line if not)."""
     def judge(d):
         if question not in d:
-            return f"{question} is not answered"
+            return Answer(question, "str", LETTERS).missing()
+        if isinstance(d[question], dict):
+            return d[question]["problem"]
         return None if d[question] in ("a", "b", "c", "d") else f"{question} must be one of 'a', 'b', 'c', 'd', got {d[question]!r}"
     return judge
 
 
 for _question in QUESTIONS:
-    register(_question, Case(f"{_question} is one of a-d", observe_answer, _form(_question)))
+    register(_question, Case(f"{_question} is one of a-d", observe_answer, judge_form(_question)),
+             answers=[Answer(_question, "str", LETTERS)])

@@ -5,7 +5,8 @@
 ``job.json`` (read whole before any student code runs): ``{"cells": [{"source", "grade_id"}],
 "observers": [{"case", "source", "function"}], "cell_seconds", "observe_seconds"}``.
 RESULTS_FD receives JSON lines: one per cell (its output and error), one per observer
-(``{"case", "ok", "data" | "error"}``), then ``{"type": "done"}``.
+(``{"case", "ok", "data" | "error"}``; ``"answer": true`` when the error is a missing or mistyped
+answer, whose message already says what to define), then ``{"type": "done"}``.
 
 Why it looks like this:
 - no IPython: a student cell cannot install input transformers or pre-run hooks that rewrite the
@@ -29,6 +30,8 @@ import signal
 import sys
 import traceback
 import types
+
+from gpucourse.checks import AnswerError
 
 SNAPSHOT = ["builtins", "os", "sys", "json", "pickle", "threading", "time", "math", "tempfile", "pathlib",
             "inspect", "subprocess", "multiprocessing", "numpy", "numpy.testing", "torch", "torch.testing",
@@ -111,6 +114,8 @@ def run_observers(observers: list[dict], namespace: dict, seconds: float, emit) 
             record = {"type": "observation", "case": observer["case"], "ok": True, "data": json.loads(json.dumps(data))}
         except CellTimeout:
             record = {"type": "observation", "case": observer["case"], "ok": False, "error": f"ran longer than {seconds:.0f} s"}
+        except AnswerError as exc:  # "define `choices` (a dict from ...)": the student's words, no exception name
+            record = {"type": "observation", "case": observer["case"], "ok": False, "answer": True, "error": str(exc)[:500]}
         except BaseException as exc:
             record = {"type": "observation", "case": observer["case"], "ok": False,
                       "error": f"{type(exc).__name__}: {str(exc)[:500]}"}

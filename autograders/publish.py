@@ -1,0 +1,267 @@
+"""`make publish`: write the public student edition, committed and tagged in its own git repository.
+
+The edition holds what students need and nothing of the grading: the released notebooks (course/),
+the helper package with its public checks (src/gpucourse), a pyproject.toml without the instructor's
+extras, a student README with every lesson's Colab badge, a LICENSE and a small Makefile
+(`make lab`). No solutions, hidden checks, tests, fixtures or grading tools. The folder is a git
+repository whose commit is tagged with edition.toml's ref; push it to edition.toml's home:
+
+    cd build/student-edition && git push <home's URL> main <ref>
+
+Publishing again into the same folder commits on top of the previous edition (students' `git pull`
+keeps working); to start from the public history on another machine, `git clone` the home there first.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import nbformat
+from packaging.requirements import Requirement
+
+from course import BADGE, COURSE, EDITION, PACKAGE, ROOT, SETUP_CELL, Edition, load_edition
+
+OUT = ROOT / "build" / "student-edition"
+ENTRIES = [".git", ".gitignore", "LICENSE", "Makefile", "README.md", "course", "pyproject.toml", "src"]
+# The extras a student may want; `lab` loses nbgrader (grading needs this repository's configuration).
+STUDENT_EXTRAS = ("lab", "darts", "tf")
+INSTRUCTOR_ONLY = {"nbgrader"}
+IGNORE = shutil.ignore_patterns("__pycache__", "*.pyc", ".ipynb_checkpoints", "*.egg-info")
+
+GITIGNORE = """\
+.venv/
+work/
+__pycache__/
+*.egg-info/
+.ipynb_checkpoints/
+cifar10-data/
+cifar-10-batches-py/
+"""
+
+MAKEFILE = """\
+# `make lab`: create .venv, install the course helpers, copy course/ into work/ (each file once, so
+# `git pull` updates course/ and never overwrites your answers), and open JupyterLab on work/.
+
+PYTHON ?= python3
+VENV   ?= .venv
+WORK   ?= work
+BIN    := $(VENV)/bin
+
+.PHONY: lab install clean
+
+$(BIN)/python:
+\t@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python >= 3.11 is required; set PYTHON=/path/to/python3.11")'
+\t$(PYTHON) -m venv $(VENV)
+\t$(BIN)/python -m pip install --quiet --upgrade pip
+
+$(VENV)/.installed: $(BIN)/python pyproject.toml
+\t$(BIN)/python -m pip install -e ".[lab,darts]"
+\t@touch $@
+
+install: $(VENV)/.installed
+
+lab: install
+\t@$(BIN)/python -c 'import os, shutil, sys; shutil.copytree("course", sys.argv[1], dirs_exist_ok=True, \\
+\t  copy_function=lambda s, d: os.path.exists(d) or shutil.copy2(s, d))' "$(WORK)"
+\t$(BIN)/jupyter lab --ServerApp.root_dir="$(abspath $(WORK))" $(if $(filter 0,$(shell id -u)),--allow-root,) $(LAB_ARGS)
+
+clean:
+\trm -rf $(VENV)
+"""
+
+README = """\
+# GPU & data-parallel deep learning
+
+A hands-on notebook course: why GPUs are fast and how to keep them busy, from processes and threads
+through CUDA, Tensor Cores, mixed precision and data movement to PyTorch Lightning and DDP on many
+devices, TPUs, a Darts forecasting case study and clusters. Every lesson runs on any CPU; cells that
+need a GPU or TPU say so and skip, and every speed claim is measured on *your* machine.
+
+| lesson | open |
+|---|---|
+{rows}
+
+## On Colab
+
+Click a lesson's badge. Its first code cell installs the course helpers (`gpucourse`, this repository
+at `{ref}`) next to the PyTorch that Colab ships, which it never replaces; it prints what it installs
+and how long that takes (about half a minute, once per runtime). Lesson 9 also installs Darts. For a
+GPU choose *Runtime → Change runtime type*.
+
+## On your own machine
+
+Needs Python ≥ 3.11. With `make`:
+
+```bash
+git clone {url}.git && cd {name}
+make lab     # .venv, install, copy course/ into work/ once, open JupyterLab on work/
+```
+
+By hand:
+
+```bash
+python -m venv .venv && . .venv/bin/activate
+pip install -e ".[lab,darts]"    # or `pip install -e .` for the helpers alone (no Darts, no JupyterLab)
+cp -R course work                # your copy: `git pull` updates course/, never work/
+jupyter lab work
+```
+
+PyTorch is the large part of the install. `python -m gpucourse doctor` explains why torch does or
+does not see a GPU on your machine, with the fix.
+
+## Exercises and feedback
+
+Work through a lesson top to bottom; exercise cells say `# YOUR CODE HERE`. Under each exercise a
+one-line cell `check("<exercise>")` runs that exercise's public checks and prints ✓ or ✗ with the
+reason, on Colab and locally alike. Your instructor grades the notebook you hand in with further
+checks; warnings printed by torch or Lightning never count against you.
+
+## Contents
+
+```
+course/        the lessons' notebooks (copy them before you work in them)
+src/gpucourse/ the course helpers: one module per lesson, and every exercise's public checks
+```
+
+MIT licensed (LICENSE).
+"""
+
+
+def _toml_list(items: list[str]) -> str:
+    return "[" + ", ".join(json.dumps(i) for i in items) + "]"
+
+
+def edition_pyproject(edition: Edition, source: Path = ROOT / "pyproject.toml") -> str:
+    """The instructor's package metadata and dependencies, the student extras only, the edition's URL."""
+    project = tomllib.loads(source.read_text())["project"]
+    extras = {}
+    for name in STUDENT_EXTRAS:
+        kept = [r for r in project.get("optional-dependencies", {}).get(name, [])
+                if Requirement(r).name not in INSTRUCTOR_ONLY]
+        if kept:
+            extras[name] = kept
+    dependencies = "".join(f"    {json.dumps(d)},\n" for d in project["dependencies"])
+    return f"""\
+[build-system]
+requires = ["setuptools>=77"]
+build-backend = "setuptools.build_meta"
+
+[project]
+name = {json.dumps(project["name"])}
+dynamic = ["version"]
+description = {json.dumps(project["description"])}
+readme = "README.md"
+requires-python = {json.dumps(project["requires-python"])}
+license = {json.dumps(project["license"])}
+# Floors are the versions the course is tested with. On Colab the notebooks install this package
+# with --no-deps and add only what is missing (gpucourse.install), never replacing Colab's torch.
+dependencies = [
+{dependencies}]
+
+[project.optional-dependencies]
+{"".join(f"{k} = {_toml_list(v)}{chr(10)}" for k, v in extras.items())}
+[project.urls]
+Repository = {json.dumps(edition.url)}
+
+[tool.setuptools.dynamic]
+version = {{ attr = "gpucourse.__version__" }}
+
+[tool.setuptools.packages.find]
+where = ["src"]
+"""
+
+
+def _lesson_rows(course: Path, edition: Edition) -> str:
+    rows = []
+    for path in sorted(course.glob("*/*.ipynb")):
+        rel = path.relative_to(course).as_posix()
+        first = nbformat.read(path, as_version=4).cells[0].source.splitlines()
+        title = next((line[2:].strip() for line in first if line.startswith("# ")), path.stem)
+        rows.append(f"| {title} (`course/{rel}`) | {BADGE.format(url=edition.badge_url(rel))} |")
+    return "\n".join(rows)
+
+
+def check_release(course: Path, edition: Edition) -> None:
+    """Refuse to publish notebooks released for another home or ref: `make release` first."""
+    setup = SETUP_CELL.format(install_url=edition.install_url)
+    for path in sorted(course.glob("*/*.ipynb")):
+        nb = nbformat.read(path, as_version=4)
+        rel = path.relative_to(course).as_posix()
+        if edition.badge_url(rel) not in nb.cells[0].source or nb.cells[1].source != setup:
+            raise SystemExit(f"course/{rel} is not released for {edition.home} @ {edition.ref}: run `make release`")
+
+
+def _git(out: Path, *args: str) -> str:
+    identity = []
+    for key, fallback in (("user.name", "Course staff"), ("user.email", "course-staff@users.noreply.github.com")):
+        found = subprocess.run(["git", "config", key], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+        identity += ["-c", f"{key}={found or fallback}"]
+    return subprocess.run(["git", *identity, "-c", "commit.gpgsign=false", "-c", "tag.gpgsign=false", *args],
+                          cwd=out, check=True, capture_output=True, text=True).stdout
+
+
+def publish(out: Path = OUT, edition: Edition | None = None, course: Path = COURSE, package: Path = PACKAGE,
+            git: bool = True) -> Path:
+    """Write the student edition into ``out``; returns ``out``.
+
+    An earlier edition there is replaced, except its git history: the new edition is committed on
+    top of it (nothing is committed when nothing changed) and the tag is moved to that commit.
+    """
+    edition = edition or load_edition()
+    check_release(course, edition)
+    out = out.resolve()
+    if ROOT == out or ROOT.is_relative_to(out):
+        raise SystemExit(f"refusing to write the edition over {out}")
+    if out.exists() and not {p.name for p in out.iterdir()} <= set(ENTRIES):
+        raise SystemExit(f"{out} holds other files than a student edition; choose an empty folder")
+    out.mkdir(parents=True, exist_ok=True)
+    for old in out.iterdir():
+        if old.name != ".git":
+            shutil.rmtree(old) if old.is_dir() else old.unlink()
+    shutil.copytree(course, out / "course", ignore=IGNORE)
+    shutil.copytree(package, out / "src" / "gpucourse", ignore=IGNORE)
+    shutil.copy2(ROOT / "LICENSE", out / "LICENSE")
+    (out / "pyproject.toml").write_text(edition_pyproject(edition))
+    owner_name = edition.home.split("/", 1)[1]
+    (out / "README.md").write_text(README.format(rows=_lesson_rows(course, edition), ref=edition.ref,
+                                                 url=edition.url, name=owner_name))
+    (out / "Makefile").write_text(MAKEFILE)
+    (out / ".gitignore").write_text(GITIGNORE)
+    if git:
+        if not (out / ".git").exists():
+            _git(out, "init", "-q", "-b", "main")
+        _git(out, "add", "-A")
+        if _git(out, "status", "--porcelain").strip():
+            _git(out, "commit", "-q", "-m", f"Student edition {edition.ref}")
+        _git(out, "tag", "-f", "-a", edition.ref, "-m", f"Student edition {edition.ref}")
+    return out
+
+
+def _size(folder: Path) -> int:
+    return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file() and ".git" not in p.relative_to(folder).parts)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", type=Path, default=OUT, help="where to write it (default: build/student-edition)")
+    parser.add_argument("--edition", type=Path, default=EDITION, help="the edition's config (edition.toml)")
+    args = parser.parse_args(argv)
+    edition = load_edition(args.edition)
+    out = publish(args.out, edition)
+    shown = out.relative_to(ROOT) if out.is_relative_to(ROOT) else out
+    print(f"student edition {edition.ref} written to {shown} ({_size(out) / 1e6:.1f} MB, committed and tagged)")
+    print(f"publish it:  cd {shown} && git push {edition.url}.git main {edition.ref}")
+    print("(after publishing the same version twice, the moved tag needs `git push --force ... <ref>`)")
+    return 0
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("PYTHONDONTWRITEBYTECODE", "1")
+    sys.exit(main())
