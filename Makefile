@@ -69,7 +69,7 @@ test: install
 # skip for want of CUDA fails instead (GPUCOURSE_REQUIRE=cuda). Cells needing 2 GPUs skip on one GPU.
 test-gpu: install
 	GPUCOURSE_SMOKE=1 GPUCOURSE_OFFLINE=1 GPUCOURSE_REQUIRE=cuda $(BIN)/python -m pytest -rs \
-	  tests/test_notebooks.py tests/test_accelerator_cells.py tests/test_cuda.py tests/test_transfer.py $(PYTEST_ARGS)
+	  tests/test_notebooks.py tests/test_notebooks_accelerator_cells.py tests/test_cuda.py tests/test_transfer.py $(PYTEST_ARGS)
 
 # The rendered course: runs solutions/ (full size; GPUCOURSE_SMOKE=1 for smoke size) into build/executed/,
 # shows each lesson as released with the run's outputs for its non-exercise cells (book/make_book.py).

@@ -1,6 +1,7 @@
 """Every cell that needs a GPU or TPU (``if S.needs(...)``) shows in the summary: ran, or skipped and why.
 
-tests/test_notebooks.py executes the notebooks and saves them (conftest.EXECUTED); here each such cell
+tests/test_notebooks.py executes the notebooks and saves them (conftest.EXECUTED), and runs first (this
+file's name sorts after it); here each such cell
 is one test that reads what it printed in this pytest run. On a CPU they are skips carrying the cell's
 own reason, so the summary lists what never ran; `make test-gpu` (GPUCOURSE_REQUIRE=cuda) runs them on a
 GPU, where a CUDA cell that skipped for want of any GPU has already failed its notebook.
