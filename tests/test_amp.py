@@ -114,3 +114,31 @@ def test_formats_and_autocast_table():
 def test_train_step_timing(dtype):
     model = nn.Sequential(nn.Flatten(), nn.Linear(12, 3))
     assert amp.train_step_seconds(model, torch.randn(4, 3, 2, 2), torch.tensor([0, 1, 2, 0]), dtype, steps=1) > 0
+
+
+def test_float16_gradients_underflow_and_the_scaler_rescues_them():
+    inputs = amp.small_gradient_inputs(n=512, low=1e-5, high=1e-2, seed=1)
+    plain = amp.float16_step(inputs)
+    assert plain.zero_gradients > 0 and plain.scale_before is None  # gradients below float16's range became 0
+    assert float(inputs.min()) / 512 < amp.FLOAT16_SMALLEST_SUBNORMAL / 2
+    scaled = amp.float16_step(inputs, torch.amp.GradScaler("cpu"))
+    assert scaled.zero_gradients == 0 and scaled.scaled_zero == 0 and scaled.scaled_nonfinite == 0
+    assert scaled.max_relative_error < 1e-3 and scaled.weights_changed
+    assert scaled.scale_before == scaled.scale_after == 2.0 ** 16
+
+
+def test_a_scale_too_large_makes_the_scaler_skip_the_step():
+    skipped = amp.float16_step(amp.small_gradient_inputs(n=64), torch.amp.GradScaler("cpu", init_scale=2.0 ** 30))
+    assert skipped.scaled_nonfinite == 64 and not skipped.weights_changed
+    assert skipped.scale_after == skipped.scale_before / 2
+
+
+def test_autocast_saves_fewer_activation_bytes():
+    model = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(),
+                          nn.Conv2d(8, 8, 3, padding=1), nn.ReLU(), nn.Flatten(), nn.Linear(8 * 8 * 8, 10))
+    images = torch.randn(4, 3, 8, 8)
+    full = amp.saved_activation_bytes(model, images)
+    half = amp.saved_activation_bytes(model, images, torch.bfloat16)
+    assert full["weight_copies"] == 0 and 0 < half["activations"] < full["activations"]
+    weights = sum(m.weight.numel() for m in model if isinstance(m, (nn.Conv2d, nn.Linear)))
+    assert half["weight_copies"] == 2 * weights  # the bfloat16 copies of the conv and linear weights

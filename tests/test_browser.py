@@ -149,7 +149,7 @@ def test_student_answers_checks_and_validates(student_lab):
         assert "gpucourse" in _output(setup) and "device: cpu" in _output(setup), _output(setup)
 
         answer, check = _cell(driver, "q1"), _cell(driver, "test_q1")
-        _run(driver, answer, typed='q1 = "b"')
+        _run(driver, answer, typed='q1 = "c"')
         _wait(driver, lambda d: "[2]" in _prompt(answer))
         _run(driver, check)
         _wait(driver, lambda d: "[3]" in _prompt(check))

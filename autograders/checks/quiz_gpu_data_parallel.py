@@ -6,16 +6,17 @@ from gpucourse.checks.quiz import QUESTIONS, judge_form, observe_answer
 EXERCISES = {f"test_{q}": q for q in QUESTIONS}
 
 KEY = {
-    "q1": ("b", "what happens to *this* coroutine, and to the event loop, at an await?"),
-    "q2": ("b", "does time.sleep ever give control back to the event loop?"),
-    "q3": ("b", "XRT and XRT_TPU_CONFIG were removed from PyTorch/XLA."),
-    "q4": ("b", "XLA compiles a graph for each new set of shapes."),
-    "q5": ("b", "tpu_cores= and gpus= were removed in Lightning 2.0."),
+    "q1": ("c", "what happens to *this* coroutine, and to the event loop, at an await?"),
+    "q2": ("d", "does time.sleep ever give control back to the event loop?"),
+    "q3": ("a", "XRT and XRT_TPU_CONFIG were removed from PyTorch/XLA."),
+    "q4": ("c", "XLA compiles a graph for each new set of shapes (on a GPU, so do torch.compile without "
+               "dynamic shapes, CUDA graphs and cudnn.benchmark: each pays again per new shape)."),
+    "q5": ("d", "tpu_cores= and gpus= were removed in Lightning 2.0."),
     "q6": ("b", "compare x.shape and x.stride() before and after."),
-    "q7": ("b", "in NHWC the channel index changes fastest."),
+    "q7": ("c", "in NHWC the channel index changes fastest."),
     "q8": ("a", "which function returns a number of devices?"),
-    "q9": ("b", "memory of tensors that are still alive is never freed by it."),
-    "q10": ("a", "nvidia-smi also counts the CUDA context and the allocator's cache."),
+    "q9": ("d", "memory of tensors that are still alive is never freed by it."),
+    "q10": ("b", "nvidia-smi also counts the CUDA context and the allocator's cache."),
 }
 
 

@@ -298,3 +298,109 @@ def train_step_seconds(model: nn.Module, images: torch.Tensor, labels: torch.Ten
         if step:  # the first step warms up
             times.append(time.perf_counter() - start)
     return sorted(times)[len(times) // 2]
+
+
+FLOAT16_SMALLEST_SUBNORMAL = 2.0 ** -24  # the smallest positive float16; below half of it, a value rounds to 0
+
+
+def small_gradient_inputs(n: int = 4096, low: float = 1e-5, high: float = 1e-2, seed: int = 0) -> torch.Tensor:
+    """``n`` float16 inputs spread log-uniformly over [low, high]: with a mean over ``n``, lesson 4's
+    tiny model gets gradients ``inputs / n``, some of them below float16's smallest value."""
+    generator = torch.Generator().manual_seed(seed)
+    logs = torch.empty(n).uniform_(float(torch.tensor(low).log()), float(torch.tensor(high).log()), generator=generator)
+    return logs.exp().half()
+
+
+@dataclass(frozen=True)
+class Float16Step:
+    """What one optimizer step of lesson 4's tiny float16 model did (see ``float16_step``)."""
+
+    gradients: int            # how many weights (one gradient each)
+    zero_gradients: int       # gradients the optimizer received that are exactly 0
+    scaled_zero: int | None   # with a scaler: zeros among the scaled gradients, before unscale_
+    scaled_nonfinite: int | None  # with a scaler: inf/NaN among the scaled gradients
+    max_relative_error: float | None  # of the nonzero finite gradients, against the exact ones (float64)
+    scale_before: float | None
+    scale_after: float | None
+    weights_changed: bool
+
+
+def float16_step(inputs: torch.Tensor, scaler: torch.amp.GradScaler | None = None, lr: float = 0.1) -> Float16Step:
+    """One SGD step of lesson 4's tiny float16 model, plain (``scaler=None``) or through a GradScaler.
+
+    The model is ``mean(w * inputs)``: float32 weights ``w`` (all 1), cast to float16 for the product,
+    as autocast casts weights, so the backward pass computes the gradients ``inputs / n`` in float16,
+    where the small ones underflow to 0. With a scaler: ``scale(loss).backward()``, ``unscale_``,
+    ``step`` (skipped when a scaled gradient is inf or NaN) and ``update``, as in training.
+    """
+    inputs = inputs.to(torch.float16)
+    weights = nn.Parameter(torch.ones(inputs.shape, dtype=torch.float32))
+    optimizer = torch.optim.SGD([weights], lr=lr)
+    loss = (weights.half() * inputs).float().mean()
+    scaled_zero = scaled_nonfinite = scale_before = scale_after = None
+    if scaler is None:
+        loss.backward()
+        optimizer.step()
+    else:
+        scale_before = float(scaler.get_scale())
+        scaler.scale(loss).backward()
+        scaled_zero = int((weights.grad == 0).sum())
+        scaled_nonfinite = int((~torch.isfinite(weights.grad)).sum())
+        scaler.unscale_(optimizer)
+        scaler.step(optimizer)
+        scaler.update()
+        scale_after = float(scaler.get_scale())
+    grad = weights.grad.detach().double()
+    exact = inputs.double() / inputs.numel()
+    usable = torch.isfinite(grad) & (grad != 0)
+    error = float(((grad - exact).abs() / exact)[usable].max()) if usable.any() else None
+    return Float16Step(gradients=inputs.numel(), zero_gradients=int((grad == 0).sum()), scaled_zero=scaled_zero,
+                       scaled_nonfinite=scaled_nonfinite, max_relative_error=error, scale_before=scale_before,
+                       scale_after=scale_after, weights_changed=not torch.equal(weights.detach(), torch.ones_like(weights)))
+
+
+def _is_weight_copy(tensor: torch.Tensor) -> bool:
+    """Whether ``tensor`` is autocast's low-precision copy of a parameter, or a view of one: its autograd
+    history is a cast (and views) of a single leaf, with no other input."""
+    node, cast = tensor.grad_fn, False
+    while node is not None:
+        name = type(node).__name__
+        if name == "AccumulateGrad":
+            return cast
+        inputs = [nxt for nxt, _ in node.next_functions if nxt is not None]
+        if len(inputs) != 1 or not name.startswith(("ToCopyBackward", "TBackward", "ViewBackward", "TransposeBackward",
+                                                     "PermuteBackward", "ExpandBackward", "UnsqueezeBackward")):
+            return False
+        cast = cast or name.startswith("ToCopyBackward")
+        node = inputs[0]
+    return False
+
+
+def saved_activation_bytes(model: nn.Module, inputs: torch.Tensor, dtype: torch.dtype | None = None) -> dict[str, int]:
+    """Bytes of the tensors one forward pass keeps for backward, in float32 (``dtype=None``) or under
+    autocast to ``dtype`` (lesson 4: autocast's activation memory, measured on any device).
+
+    A ``torch.autograd.graph.saved_tensors_hooks`` pack hook sees every tensor autograd saves; each
+    storage counts once, and the parameters and ``inputs`` (which exist anyway) not at all. Returns
+    ``{"activations": ..., "weight_copies": ...}``: under autocast the forward pass also keeps
+    low-precision copies of the weights, a cost per model rather than per batch, counted apart.
+    """
+    existing = {p.untyped_storage().data_ptr() for p in model.parameters()} | {inputs.untyped_storage().data_ptr()}
+    saved: dict[int, tuple[int, str]] = {}
+
+    def pack(tensor: torch.Tensor) -> torch.Tensor:
+        if tensor.layout == torch.strided and tensor.numel():
+            pointer = tensor.untyped_storage().data_ptr()
+            if pointer not in existing:
+                kind = "weight_copies" if _is_weight_copy(tensor) else "activations"
+                size = max(saved.get(pointer, (0, kind))[0], tensor.numel() * tensor.element_size())
+                saved[pointer] = (size, saved.get(pointer, (0, kind))[1])
+        return tensor
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+        with torch.autocast(inputs.device.type, dtype=dtype or torch.float32, enabled=dtype is not None):
+            model(inputs)
+    totals = {"activations": 0, "weight_copies": 0}
+    for size, kind in saved.values():
+        totals[kind] += size
+    return totals
