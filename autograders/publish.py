@@ -68,8 +68,7 @@ $(VENV)/.installed: $(BIN)/python pyproject.toml
 install: $(VENV)/.installed
 
 lab: install
-\t@$(BIN)/python -c 'import os, shutil, sys; shutil.copytree("course", sys.argv[1], dirs_exist_ok=True, \\
-\t  copy_function=lambda s, d: os.path.exists(d) or shutil.copy2(s, d))' "$(WORK)"
+\t@$(BIN)/python lab/copy_course.py course "$(WORK)"
 \t$(BIN)/jupyter lab --ServerApp.root_dir="$(abspath $(WORK))" $(if $(filter 0,$(shell id -u)),--allow-root,) $(LAB_ARGS)
 
 clean:
@@ -128,6 +127,7 @@ checks; warnings printed by torch or Lightning never count against you.
 ```
 course/        the lessons' notebooks (copy them before you work in them)
 src/gpucourse/ the course helpers: one module per lesson, and every exercise's public checks
+lab/           the copy step of `make lab` (course/ into work/, never over your files)
 ```
 
 MIT licensed (LICENSE).
@@ -228,6 +228,8 @@ def publish(out: Path = OUT, edition: Edition | None = None, course: Path = COUR
     shutil.copytree(course, out / "course", ignore=IGNORE)
     shutil.copytree(package, out / "src" / "gpucourse", ignore=IGNORE)
     shutil.copy2(ROOT / "LICENSE", out / "LICENSE")
+    (out / "lab").mkdir()
+    shutil.copy2(ROOT / "lab" / "copy_course.py", out / "lab" / "copy_course.py")  # the same copy step as `make lab` here
     (out / "pyproject.toml").write_text(edition_pyproject(edition))
     owner_name = edition.home.split("/", 1)[1]
     (out / "README.md").write_text(README.format(rows=_lesson_rows(course, edition), ref=edition.ref,

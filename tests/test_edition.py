@@ -18,7 +18,7 @@ import pytest
 from conftest import AUTOGRADERS, COURSE, ROOT, SOLUTIONS, notebooks, read
 from test_release import MARKERS, _hidden_lines, _lines
 
-TOP_LEVEL = {".git", ".gitignore", "LICENSE", "Makefile", "README.md", "course", "pyproject.toml", "src"}
+TOP_LEVEL = {".git", ".gitignore", "LICENSE", "Makefile", "README.md", "course", "lab", "pyproject.toml", "src"}
 
 
 @pytest.fixture(scope="module")
