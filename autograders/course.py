@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
+import shutil
 import sys
+import tempfile
 import tomllib
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -52,6 +56,28 @@ def api(config: Config):
 
 
 # --- The student edition: where badges and setup cells point (edition.toml) -----------------------
+
+@contextlib.contextmanager
+def generated(solutions: Path, ids: list[str], db: Path | None = None,
+              prepare: Callable[[Path], object] | None = None) -> Iterator[Path]:
+    """nbgrader's generate_assignment for ``ids``, in a temporary course root; yields its release folder.
+
+    nbgrader needs one root holding both source and release, so ``solutions`` is copied there first
+    (``prepare`` may then change the copy). ``db`` is the gradebook that records the assignments (a
+    throwaway one inside the root by default). Any failure stops with nbgrader's error and log.
+    """
+    with tempfile.TemporaryDirectory(prefix="gpucourse-generate-") as tmp:
+        work = Path(tmp)
+        shutil.copytree(solutions, work / "source", ignore=shutil.ignore_patterns(".ipynb_checkpoints", "__pycache__"))
+        if prepare is not None:
+            prepare(work / "source")
+        nbgrader = api(load_config(root=work, db=db or work / "gradebook.db", source="source", release="release"))
+        for aid in ids:
+            result = nbgrader.generate_assignment(aid, force=True, create=True)
+            if not result["success"]:
+                raise SystemExit(f"generate_assignment failed for {aid}:\n{result['error']}\n{result['log']}")
+        yield work / "release"
+
 
 def package_version(package: Path = PACKAGE) -> str:
     """``gpucourse.__version__``, read from the source without importing it."""

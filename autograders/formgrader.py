@@ -15,15 +15,12 @@ from __future__ import annotations
 
 import argparse
 import filecmp
-import shutil
 import sys
-import tempfile
 from pathlib import Path
 
-from course import COURSE, ROOT, SOLUTIONS, api, assignments, load_config
+from course import COURSE, ROOT, SOLUTIONS, api, assignments, generated, load_config
 
 GRADEBOOK = ROOT / "autograders" / "gradebook.db"
-IGNORED = shutil.ignore_patterns(".ipynb_checkpoints", "__pycache__")
 
 
 def _registered(db: Path) -> set[str]:
@@ -44,14 +41,8 @@ def register(solutions: Path = SOLUTIONS, db: Path = GRADEBOOK) -> list[str]:
              or any(p.stat().st_mtime > written for p in (solutions / aid).rglob("*") if p.is_file())]
     if not stale:
         return []
-    with tempfile.TemporaryDirectory(prefix="gpucourse-register-") as tmp:
-        work = Path(tmp)
-        shutil.copytree(solutions, work / "source", ignore=IGNORED)
-        nbgrader = api(load_config(root=work, db=db, source="source", release="release"))
-        for aid in stale:
-            result = nbgrader.generate_assignment(aid, force=True, create=True)
-            if not result["success"]:
-                raise SystemExit(f"cannot register {aid} in {db}:\n{result['error']}\n{result['log']}")
+    with generated(solutions, stale, db=db):
+        pass  # the gradebook is what this is for; the release is thrown away
     db.touch()
     return stale
 

@@ -10,12 +10,11 @@ import argparse
 import re
 import shutil
 import sys
-import tempfile
 from pathlib import Path
 
 import nbformat
 
-from course import COURSE, EDITION, ROOT, SOLUTIONS, Edition, api, assignments, load_config, load_edition, stamp
+from course import COURSE, EDITION, ROOT, SOLUTIONS, Edition, assignments, generated, load_edition, stamp
 
 
 def stamp_notebooks(solutions: Path, edition: Edition, ids: list[str]) -> list[Path]:
@@ -45,8 +44,7 @@ def release(solutions: Path = SOLUTIONS, course: Path = COURSE, only: str | None
             edition: Edition | None = None, stamp_sources: bool = False) -> list[str]:
     """Write ``course/<assignment>/`` for every assignment in ``solutions``; returns their ids.
 
-    nbgrader needs one course root holding both folders, so the work happens in a temporary
-    root and the result replaces ``course`` only when every assignment succeeded. ``only``
+    The result replaces ``course`` only when every assignment succeeded (see ``course.generated``). ``only``
     regenerates one assignment and leaves the others' releases as they are. The release is
     always stamped from ``edition`` (edition.toml by default); ``stamp_sources`` stamps the
     notebooks in ``solutions`` too (`make release` does, so both folders carry it).
@@ -61,21 +59,13 @@ def release(solutions: Path = SOLUTIONS, course: Path = COURSE, only: str | None
         ids = [only]
     if stamp_sources:
         stamp_notebooks(solutions, edition, ids)
-    with tempfile.TemporaryDirectory(prefix="gpucourse-release-") as tmp:
-        work = Path(tmp)
-        shutil.copytree(solutions, work / "source", ignore=shutil.ignore_patterns(".ipynb_checkpoints", "__pycache__"))
-        stamp_notebooks(work / "source", edition, ids)
-        nbgrader = api(load_config(root=work, db=work / "gradebook.db", source="source", release="release"))
-        for aid in ids:
-            result = nbgrader.generate_assignment(aid, force=True, create=True)
-            if not result["success"]:
-                raise SystemExit(f"generate_assignment failed for {aid}:\n{result['error']}\n{result['log']}")
+    with generated(solutions, ids, prepare=lambda source: stamp_notebooks(source, edition, ids)) as released:
         course.mkdir(parents=True, exist_ok=True)
         for old in course.iterdir():
             if old.is_dir() and (only is None or old.name == only):
                 shutil.rmtree(old)
         for aid in ids:
-            shutil.copytree(work / "release" / aid, course / aid)
+            shutil.copytree(released / aid, course / aid)
     return ids
 
 
