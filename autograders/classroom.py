@@ -14,6 +14,7 @@ import json
 import shutil
 from pathlib import Path
 
+import gpucourse.checks as declarations
 from assemble import nbgrader_meta
 from course import COURSE, ROOT, SOLUTIONS
 
@@ -77,7 +78,8 @@ def build(folder: Path, limit: int | None = None, only: str | None = None,
                 targets[0]["source"] = path.read_text()
             (folder / student / assignment).mkdir(parents=True)
             (folder / student / assignment / released.name).write_text(json.dumps(nb, indent=1))
-            expected[(student, assignment)] = {f"test_{exercise}": "zero" if kind == "wrong" else "full"
+            test_of = {e.name: e.test_id for e in declarations.exercises(assignment)}
+            expected[(student, assignment)] = {test_of[exercise]: "zero" if kind == "wrong" else "full"
                                                for exercise, _ in answers}
             fixture_names[(student, assignment)] = [path.name for _, path in answers]
     if limit is not None:

@@ -44,13 +44,19 @@ class Graded:
 
 
 def load_checks(assignment: str):
-    """autograders/checks/<assignment>.py: EXERCISES and HIDDEN."""
+    """autograders/checks/<assignment>.py: HIDDEN, the hidden cases of each exercise the assignment's
+    public check module declares (gpucourse.checks.register)."""
     path = AUTOGRADERS / "checks" / f"{assignment}.py"
     if not path.is_file():
         raise SystemExit(f"no check file {path.relative_to(ROOT)} for assignment {assignment}")
     spec = importlib.util.spec_from_file_location(f"checks_{assignment}", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
+    declared = {e.name for e in public.exercises(assignment)}
+    unknown = sorted(set(module.HIDDEN) - declared)
+    if unknown:
+        raise SystemExit(f"{path.relative_to(ROOT)}: hidden cases for {unknown}, which {assignment} does not declare")
+    module.EXERCISES = {e.test_id: e.name for e in public.exercises(assignment)}
     return module
 
 
@@ -150,7 +156,7 @@ def grade_submission(work: Path, student: str, assignment: str, released_path: P
     graded.max_scores = tests
     unknown = sorted(set(tests) - set(checks.EXERCISES))
     if unknown:
-        raise SystemExit(f"{assignment}: test cells {unknown} have no entry in its check file")
+        raise SystemExit(f"{assignment}: test cells {unknown} grade no exercise its check module declares")
     cases = {test: cases_for(checks, checks.EXERCISES[test]) for test in tests}
 
     observations: dict[str, dict] = {}

@@ -1,7 +1,9 @@
 """`make release`: regenerate course/ from solutions/ with nbgrader's generate_assignment.
 
 Before nbgrader runs, every notebook's Colab badge and setup cell are stamped from edition.toml
-(the public student edition's home and ref), in solutions/ and so in course/.
+(the public student edition's home and ref), and every test cell's points from its exercise's
+declaration (gpucourse.checks.register), in solutions/ and so in course/. README.md's table of
+exercises is rewritten from the same declarations.
 """
 
 from __future__ import annotations
@@ -16,6 +18,10 @@ import nbformat
 
 from course import COURSE, EDITION, ROOT, SOLUTIONS, Edition, assignments, generated, load_edition, stamp
 
+import gpucourse.checks as declarations
+
+TABLE_START, TABLE_END = "<!-- exercises: written by make release -->", "<!-- end of exercises -->"
+
 
 def stamp_notebooks(solutions: Path, edition: Edition, ids: list[str]) -> list[Path]:
     """Stamp the badge and setup cell of ``ids``' notebooks in ``solutions`` in place; returns those changed."""
@@ -23,10 +29,35 @@ def stamp_notebooks(solutions: Path, edition: Edition, ids: list[str]) -> list[P
     for aid in ids:
         for path in sorted((solutions / aid).glob("*.ipynb")):
             nb = nbformat.read(path, as_version=4)  # read, stamp, write: nothing held in between
-            if stamp(nb, path.relative_to(solutions).as_posix(), edition):
+            if stamp(nb, path.relative_to(solutions).as_posix(), edition) | stamp_points(nb, aid):
                 nbformat.write(nb, path)
                 changed.append(path)
     return changed
+
+
+def stamp_points(nb, assignment: str) -> bool:
+    """Give every test cell of ``nb`` the points its exercise declares; True if one changed."""
+    points = {e.test_id: e.points for e in declarations.exercises(assignment)}
+    changed = False
+    for cell in nb.cells:
+        meta = cell.metadata.get("nbgrader", {})
+        if meta.get("grade") and not meta.get("solution") and meta.get("grade_id") in points:
+            if meta.get("points") != points[meta["grade_id"]]:
+                meta["points"] = points[meta["grade_id"]]
+                changed = True
+    return changed
+
+
+def stamp_readme(readme: Path) -> bool:
+    """Rewrite README.md's table of exercises from the declarations; True if it changed."""
+    text = readme.read_text()
+    start, end = text.find(TABLE_START), text.find(TABLE_END)
+    if start < 0 or end < start:
+        raise SystemExit(f"{readme}: expected the lines {TABLE_START} and {TABLE_END} around the table of exercises")
+    new = text[:start + len(TABLE_START)] + "\n" + declarations.exercise_table() + "\n" + text[end:]
+    if new != text:
+        readme.write_text(new)
+    return new != text
 
 
 def stamp_pyproject(pyproject: Path, edition: Edition) -> bool:
@@ -79,6 +110,7 @@ def main(argv: list[str] | None = None) -> int:
     edition = load_edition(args.edition)
     ids = release(args.solutions, args.course, args.only, edition=edition, stamp_sources=True)
     stamp_pyproject(ROOT / "pyproject.toml", edition)
+    stamp_readme(ROOT / "README.md")
     print(f"released {len(ids)} assignment(s) into {args.course.relative_to(ROOT) if args.course.is_relative_to(ROOT) else args.course}: {', '.join(ids)}")
     print(f"badges, setup cells and pyproject's URL point at {edition.url} @ {edition.ref}")
     return 0

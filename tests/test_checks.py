@@ -10,7 +10,7 @@ import sys
 import pytest
 
 import assemble
-from conftest import AUTOGRADERS, COURSE, read
+from conftest import AUTOGRADERS, COURSE, ROOT, SOLUTIONS, nbgrader_meta, notebooks, read
 from gpucourse import checks
 from gpucourse.checks import ddp
 
@@ -172,14 +172,14 @@ def test_only_plain_data_crosses():
 
 
 def test_script_exercise_is_not_launched_without_its_functions():
-    result = ddp.run_exercise_script({}, "average_across_ranks", ["shard_indices", "average_across_ranks"])
+    result = ddp.run_exercise_script({}, "average_across_ranks")
     assert result["returncode"] == "not run" and "shard_indices" in result["tail"]
 
 
 def test_script_exercise_is_not_launched_while_unanswered():
     placeholder = "def average_gradients(model):\n    \"\"\"doc\"\"\"\n    # YOUR CODE HERE\n    raise NotImplementedError()\n"
     ns = {"average_gradients": lambda model: None, "__exercise_sources__": {"average_gradients": placeholder}}
-    result = ddp.run_exercise_script(ns, "average_gradients", ["average_gradients"])
+    result = ddp.run_exercise_script(ns, "average_gradients")
     assert result == {"returncode": "not run", "ranks": {}, "tail": "not answered yet: average_gradients"}
     answered = placeholder.replace("raise NotImplementedError()", "if model is None:\n        raise NotImplementedError()")
     assert ddp.unanswered(answered, ["average_gradients"]) == []
@@ -277,3 +277,24 @@ def test_symlinks_are_not_followed(tmp_path):
     (tmp_path / "link.ipynb").symlink_to(target)
     nb, flags = assemble.read_submission(tmp_path / "link.ipynb")
     assert nb is None and "symlink" in flags[0]
+
+
+def test_one_declaration_per_exercise_drives_notebooks_hidden_checks_and_readme():
+    """register() is the one place an exercise is declared: its notebook has the answer cell and a test
+    cell with the declared points, its hidden cases join it by name, the README's table is written from it."""
+    import engine
+    import release
+
+    for source in notebooks(SOLUTIONS):
+        assignment = source.parent.name
+        declared = {e.name: e for e in checks.exercises(assignment)}
+        nb = read(source)
+        answers = [nbgrader_meta(c)["grade_id"] for c in nb.cells if nbgrader_meta(c).get("solution") and c.cell_type == "code"]
+        tests = {nbgrader_meta(c)["grade_id"]: nbgrader_meta(c)["points"] for c in nb.cells
+                 if nbgrader_meta(c).get("grade") and not nbgrader_meta(c).get("solution")}
+        assert sorted(answers) == sorted(declared), f"{assignment}: answer cells {answers}, declared {list(declared)}"
+        assert tests == {e.test_id: e.points for e in declared.values()}, f"{assignment}: test cells and points"
+        assert set(engine.load_checks(assignment).HIDDEN) <= set(declared)
+    readme = (ROOT / "README.md").read_text()
+    assert release.TABLE_START + "\n" + checks.exercise_table() + "\n" + release.TABLE_END in readme, \
+        "README.md's table of exercises is stale: run make release"

@@ -1,8 +1,8 @@
 """Hidden checks for lesson 1. Never released, never readable from the sandbox.
 
-``EXERCISES`` maps each auto-graded test cell to the exercise it grades; the grader runs the
-exercise's public cases (gpucourse.checks.lesson01) and the hidden ones below, and gives the cell
-its points only when every case passes. Observers are self-contained (imports inside): their
+``HIDDEN`` adds cases to the exercises gpucourse.checks.lesson01 declares; the grader runs an
+exercise's public cases and the hidden ones below, and gives its test cell the declared points only
+when every case passes. Observers are self-contained (imports inside): their
 source is sent into the sandbox. Judges see plain data only and say what is wrong in words that
 do not give the answer away.
 """
@@ -11,12 +11,6 @@ from gpucourse.checks import Case
 from gpucourse.checks.ddp import judge_script_ran
 from gpucourse.checks.lesson01 import observe_choices, observe_ranks  # same observations, stricter judges
 
-EXERCISES = {
-    "test_parallel_map": "parallel_map",
-    "test_lines_dataset": "lines_dataset",
-    "test_choose_tools": "choose_tools",
-    "test_average_across_ranks": "average_across_ranks",
-}
 
 
 # --- parallel_map -------------------------------------------------------------------------

@@ -3,8 +3,6 @@
 from gpucourse.checks import Case
 from gpucourse.checks.lesson05 import observe_loader_settings  # same observation, exact judge
 
-EXERCISES = {"test_to_device": "to_device", "test_to_channels_last": "to_channels_last",
-             "test_loader_settings": "loader_settings"}
 
 
 def observe_to_device_shapes(ns):

@@ -8,12 +8,6 @@ more strategies, including the ones Lightning removed.
 from gpucourse.checks import Case
 from gpucourse.checks.lesson06 import judge_batch, judge_parse, judge_picklable
 
-EXERCISES = {
-    "test_parse_devices": "parse_devices",
-    "test_device_agnostic": "device_agnostic",
-    "test_picklable": "picklable",
-    "test_effective_batch": "effective_batch",
-}
 
 
 # --- parse_devices ------------------------------------------------------------------------------

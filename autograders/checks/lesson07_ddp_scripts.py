@@ -8,10 +8,6 @@ from gpucourse.checks import Case
 from gpucourse.checks.ddp import judge_script_ran
 from gpucourse.checks.lesson07 import judge_synced_metric, observe_average_gradients, observe_synced_metrics
 
-EXERCISES = {
-    "test_average_gradients": "average_gradients",
-    "test_synced_metrics": "synced_metrics",
-}
 
 
 def judge_gradients_every_step(d):

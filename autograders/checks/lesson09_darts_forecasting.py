@@ -8,7 +8,6 @@ inputs the observer builds its series from (``gpucourse.checks.lesson09.mape_inp
 from gpucourse.checks import Case
 from gpucourse.checks.lesson09 import judge_mape_results, judge_trainer_kwargs, mape_inputs
 
-EXERCISES = {"test_mape": "mape", "test_modern_trainer_kwargs": "modern_trainer_kwargs"}
 
 
 def expected_mape(case):

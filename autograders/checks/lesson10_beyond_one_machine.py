@@ -38,7 +38,6 @@ def judge_against_lightning(jobs, data):
     return judge_ranks(envs, [lightning_slurm_ranks(env) for env in envs], data)
 
 
-EXERCISES = {"test_slurm_ranks": "slurm_ranks", "test_sbatch_for": "sbatch_for"}
 
 # (nodes, tasks per node, srun_environments options, extra variables): the observers repeat these.
 SHAPES = [(1, 1, {"job_name": "single"}, {}),

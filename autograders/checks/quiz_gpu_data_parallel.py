@@ -3,7 +3,6 @@
 from gpucourse.checks import Case
 from gpucourse.checks.quiz import QUESTIONS, judge_form, observe_answer
 
-EXERCISES = {f"test_{q}": q for q in QUESTIONS}
 
 KEY = {
     "q1": ("c", "what happens to *this* coroutine, and to the event loop, at an await?"),

@@ -26,9 +26,16 @@ import sys
 from dataclasses import dataclass
 from typing import Any, Callable
 
-LESSONS = tuple(f"gpucourse.checks.{name}" for name in (  # modules that register public cases
-    "lesson01", "lesson02", "lesson03", "lesson04", "lesson05", "quiz",
-    "lesson06", "lesson07", "lesson08", "lesson09", "lesson10"))
+def _lesson_modules() -> tuple[str, ...]:
+    """Every module of this package that declares exercises: ``lessonNN`` and ``quiz``, found, not listed."""
+    import pkgutil
+    from pathlib import Path
+
+    return tuple(f"{__name__}.{m.name}" for m in pkgutil.iter_modules([str(Path(__file__).parent)])
+                 if m.name.startswith("lesson") or m.name == "quiz")
+
+
+LESSONS = _lesson_modules()  # one per assignment; each sets ASSIGNMENT and declares its exercises
 
 
 KINDS = {  # Answer.kind -> (test, what to call it in a message)
@@ -82,14 +89,72 @@ class Case:
     judge: Callable[[Any], "str | None"]
 
 
+@dataclass(frozen=True)
+class Script:
+    """Kind of a multi-process exercise: its answer cell becomes ``student.py``, started by ``torchrun``
+    as ``world_size`` ranks that each run ``driver`` ("module:function") on the names ``names``
+    (see gpucourse.checks.ddp)."""
+    names: tuple[str, ...]
+    world_size: int = 2
+    driver: str = "gpucourse.checks.lesson01:drive_average_across_ranks"
+
+
+@dataclass
+class Exercise:
+    """Everything the course says about one exercise, declared once by ``register`` in its lesson's
+    check module: the answer cell's grade id (``name``), the test cell that grades it (``test_id``),
+    its points, its kind, the answers the checks read and the public cases. Hidden cases are added by
+    name in ``autograders/checks/<assignment>.py``; the notebook's test cell, the classroom's fixtures
+    and the README's table of exercises follow from this."""
+    name: str
+    assignment: str
+    points: float
+    kind: "str | Script"  # "function" (defines functions or classes), "answer" (values), or a Script
+    answers: tuple[Answer, ...]
+    cases: list[Case]
+
+    @property
+    def test_id(self) -> str:
+        return f"test_{self.name}"
+
+    def kind_words(self) -> str:
+        if isinstance(self.kind, Script):
+            return f"{self.kind.world_size}-process script"
+        return {"function": "code", "answer": "answer"}[self.kind]
+
+
+EXERCISES: dict[str, Exercise] = {}  # name -> its declaration, in declaration order
 PUBLIC: dict[str, list[Case]] = {}
 ANSWERS: dict[str, tuple[Answer, ...]] = {}  # exercise -> the names its checks read
 
 
-def register(exercise: str, *cases: Case, answers: tuple[Answer, ...] | list[Answer] = ()) -> None:
+def register(exercise: str, *cases: Case, answers: tuple[Answer, ...] | list[Answer] = (),
+             points: float | None = None, kind: "str | Script" = "function") -> None:
+    """Declare ``exercise`` (its answer cell's grade id) in a lesson's check module (which sets ``ASSIGNMENT``)."""
+    if not isinstance(kind, Script) and kind not in ("function", "answer"):
+        raise ValueError(f"{exercise}: kind must be 'function', 'answer' or a Script, not {kind!r}")
+    module = sys.modules[sys._getframe(1).f_globals["__name__"]]
+    assignment = getattr(module, "ASSIGNMENT", module.__name__)
     PUBLIC.setdefault(exercise, []).extend(cases)
     if answers:
         ANSWERS[exercise] = tuple(answers)
+    EXERCISES[exercise] = Exercise(exercise, assignment, points, kind, tuple(answers), PUBLIC[exercise])
+
+
+def exercises(assignment: str | None = None) -> list[Exercise]:
+    """The declared exercises (of one assignment), in the order the lessons declare them."""
+    for module in LESSONS:
+        importlib.import_module(module)
+    return [e for e in EXERCISES.values() if assignment is None or e.assignment == assignment]
+
+
+def exercise_table() -> str:
+    """The README's table of exercises (a test keeps README.md equal to it; ``make release`` writes it)."""
+    rows = ["| assignment | exercise (answer cell) | points | kind | the grader reads |", "|---|---|---|---|---|"]
+    for e in sorted(exercises(), key=lambda e: (e.assignment, list(EXERCISES).index(e.name))):
+        names = ", ".join(f"`{a.name}`" for a in e.answers)
+        rows.append(f"| `{e.assignment}` | `{e.name}` | {e.points:g} | {e.kind_words()} | {names} |")
+    return "\n".join(rows)
 
 
 def declared(name: str) -> Answer | None:

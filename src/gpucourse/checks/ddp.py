@@ -68,17 +68,19 @@ def unanswered(source: str, names: list[str]) -> list[str]:
     return found
 
 
-DEFAULT_DRIVER = "gpucourse.checks.lesson01:drive_average_across_ranks"
 _LAUNCHED: dict[tuple[str, int, str], dict] = {}  # one launch per source: public and hidden cases share it
 
 
-def run_exercise_script(ns: dict, exercise: str, names: list[str], world_size: int = WORLD_SIZE,
-                        driver: str = DEFAULT_DRIVER) -> dict:
-    """Launch the exercise as a ``world_size``-process script; every rank's record, exit code, log tail.
+def run_exercise_script(ns: dict, exercise: str) -> dict:
+    """Launch the exercise as its declared script (``register(..., kind=Script(names, world_size, driver))``):
+    every rank's record, exit code and log tail.
 
     ``driver`` ("module:function") is what each rank does with the student's code (see ddp_harness).
     """
-    from gpucourse.checks import answer_problem
+    from gpucourse.checks import answer_problem, exercises
+
+    script = next(e.kind for e in exercises() if e.name == exercise)
+    names, world_size, driver = list(script.names), script.world_size, script.driver
 
     problems = [problem for problem in (answer_problem(ns, name) for name in names) if problem]
     if problems:  # the same words as every other check: "define `shard_indices` (a function ...)"

@@ -6,8 +6,10 @@ source into the sandbox; judges stay with the grader. The grader adds hidden cas
 
 from __future__ import annotations
 
-from gpucourse.checks import Answer, Case, register
+from gpucourse.checks import Answer, Case, Script, register
 from gpucourse.checks.ddp import judge_script_ran
+
+ASSIGNMENT = "lesson01_processes_threads"  # the course folder this module's exercises belong to
 
 
 # --- Exercise 1: parallel_map -------------------------------------------------------------
@@ -42,6 +44,7 @@ register(
     answers=[Answer("parallel_map", "function",
                     'a function parallel_map(fn, items, kind, workers=None) returning the list [fn(x) for x in items], '
                     'in order; kind is "cpu" or "io"')],
+    points=2,
 )
 
 
@@ -81,7 +84,7 @@ def _judge_small_file(d):
 register("lines_dataset", Case("len, ds[0] and a pickle round trip", observe_small_file, _judge_small_file),
          answers=[Answer("LinesDataset", "class",
                          "a torch Dataset class: LinesDataset(path) over a text file of one integer per line, "
-                         "ds[i] a tensor holding line i")])
+                         "ds[i] a tensor holding line i")], points=2)
 
 
 # --- Exercise 3: choosing the tool --------------------------------------------------------
@@ -102,7 +105,7 @@ def _judge_choices_form(d):
 register("choose_tools", Case("one known tool for each of a-f", observe_choices, _judge_choices_form),
          answers=[Answer("choices", "dict",
                          'a dict from each workload key "a", "b", "c", "d", "e", "f" to one tool, a str: '
-                         '"serial", "threads", "processes" or "asyncio"')])
+                         '"serial", "threads", "processes" or "asyncio"')], points=2, kind="answer")
 
 
 # --- Exercise 5: processes that talk (run as a 2-process script) --------------------------
@@ -133,7 +136,7 @@ def drive_average_across_ranks(ns):
 
 def observe_ranks(ns):
     from gpucourse.checks.ddp import run_exercise_script
-    return run_exercise_script(ns, "average_across_ranks", ["shard_indices", "average_across_ranks"])
+    return run_exercise_script(ns, "average_across_ranks")
 
 
 def _judge_ranks_agree(d):
@@ -150,4 +153,5 @@ register("average_across_ranks", Case("both ranks finish and agree", observe_ran
          answers=[Answer("shard_indices", "function",
                          "a function shard_indices(n, rank, world_size) returning the list of indices (ints) this rank handles"),
                   Answer("average_across_ranks", "function",
-                         "a function average_across_ranks(tensor) returning a new tensor, the element-wise mean over all ranks")])
+                         "a function average_across_ranks(tensor) returning a new tensor, the element-wise mean over all ranks")],
+         points=2, kind=Script(("shard_indices", "average_across_ranks"), driver="gpucourse.checks.lesson01:drive_average_across_ranks"))

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from gpucourse.checks import Answer, Case, register
 
+ASSIGNMENT = "lesson02_cpu_gpu_cuda"  # the course folder this module's exercises belong to
+
 
 # --- Exercise 1: device-agnostic code ------------------------------------------------------
 
@@ -39,6 +41,7 @@ register(
          else f"expected meta/float16/[2, 5, 3], got {d['device']}/{d['dtype']}/{d['shape']}"),
     answers=[Answer("add_positions", "function",
                     "a function add_positions(x) returning a new tensor with x's shape, dtype and device")],
+    points=2,
 )
 
 
@@ -57,7 +60,7 @@ register("measure", Case("20 ms of asynchronous work per call measures as about 
                          else f"measured {1000 * d['seconds']:.3f} ms per call for 20 ms of device work"),
          answers=[Answer("measure", "function",
                          "a function measure(run, synchronize, warmup=2, repeats=5) returning the median seconds "
-                         "per call of run(), a float")])
+                         "per call of run(), a float")], points=2)
 
 
 # --- Exercise 3: synchronization points ------------------------------------------------------
@@ -72,4 +75,5 @@ register("sync_lines", Case("a set of line numbers between 1 and 14", observe_sy
                             lambda d: d.get("error") or (None if d["lines"] and all(1 <= n <= 14 for n in d["lines"])
                                                          else f"line numbers must be 1..14, got {d['lines']}")),
          answers=[Answer("sync_lines", "set",
-                         "a set of ints, the numbers (1 to 14) of the lines that make the CPU wait for the GPU")])
+                         "a set of ints, the numbers (1 to 14) of the lines that make the CPU wait for the GPU")],
+         points=2, kind="answer")

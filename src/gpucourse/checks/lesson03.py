@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from gpucourse.checks import Answer, Case, register
 
+ASSIGNMENT = "lesson03_tensor_cores"  # the course folder this module's exercises belong to
+
 
 def observe_pad_mlp(ns):
     import torch
@@ -32,7 +34,8 @@ def _judge_pad_mlp(d):
 
 register("pad_mlp", Case("15-30-20-3 with ReLU: widths, same function, original untouched", observe_pad_mlp, _judge_pad_mlp),
          answers=[Answer("pad_mlp", "function",
-                         "a function pad_mlp(model, multiple=8) returning a new nn.Sequential with padded hidden widths")])
+                         "a function pad_mlp(model, multiple=8) returning a new nn.Sequential with padded hidden widths")],
+         points=2)
 
 
 def observe_case_answers(ns):
@@ -59,4 +62,5 @@ def _judge_case_form(d):
 
 register("case_answers", Case("cases 1-3, each a set of known codes", observe_case_answers, _judge_case_form),
          answers=[Answer("case_answers", "dict",
-                         "a dict from each case number 1, 2, 3 (ints) to a set of codes, each code a str key of T.CODES")])
+                         "a dict from each case number 1, 2, 3 (ints) to a set of codes, each code a str key of T.CODES")],
+         points=2, kind="answer")

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from gpucourse.checks import Answer, Case, register
 
+ASSIGNMENT = "lesson04_mixed_precision"  # the course folder this module's exercises belong to
+
 
 def observe_training(ns):
     import torch
@@ -107,4 +109,4 @@ register("train_epoch",
                          "returning the epoch's mean loss, a float"),
                   Answer("evaluate", "function",
                          "a function evaluate(model, loader, device_type, dtype) returning the fraction of "
-                         "correct predictions, a float")])
+                         "correct predictions, a float")], points=4)

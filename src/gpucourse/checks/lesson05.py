@@ -11,6 +11,8 @@ import contextlib
 
 from gpucourse.checks import Answer, Case, register
 
+ASSIGNMENT = "lesson05_moving_data"  # the course folder this module's exercises belong to
+
 
 @contextlib.contextmanager
 def recording_moves():
@@ -81,7 +83,8 @@ def _judge_to_device(d):
 
 register("to_device", Case("a nested batch to CUDA (two pinned tensors, one not) and back", observe_to_device, _judge_to_device),
          answers=[Answer("to_device", "function",
-                         "a function to_device(batch, device) returning the same structure with every tensor moved")])
+                         "a function to_device(batch, device) returning the same structure with every tensor moved")],
+         points=2)
 
 
 def observe_channels_last(ns):
@@ -107,7 +110,8 @@ register("to_channels_last", Case("images and conv weights channels-last, same s
                                   lambda d: None if d["images_nhwc"] and all(d["weights_nhwc"]) and d["shape"] == [2, 3, 10, 10]
                                   and d["diff"] < 1e-5 else f"got {d}"),
          answers=[Answer("to_channels_last", "function",
-                         "a function to_channels_last(model, images) returning the pair (model, images), both channels-last")])
+                         "a function to_channels_last(model, images) returning the pair (model, images), both channels-last")],
+         points=2)
 
 
 def observe_loader_settings(ns):
@@ -134,4 +138,5 @@ def _judge_loader_form(d):
 register("loader_settings", Case("settings for scenarios a-d", observe_loader_settings, _judge_loader_form),
          answers=[Answer("loader_settings", "dict",
                          'a dict from each scenario key "a", "b", "c", "d" to a dict of its settings: '
-                         '{"pin_memory": bool, "num_workers": int, "persistent_workers": bool}')])
+                         '{"pin_memory": bool, "num_workers": int, "persistent_workers": bool}')],
+         points=2, kind="answer")

@@ -11,6 +11,8 @@ import contextlib
 
 from gpucourse.checks import Answer, Case, register
 
+ASSIGNMENT = "lesson06_lightning_devices"  # the course folder this module's exercises belong to
+
 # --- Exercise 1: parse_devices ---------------------------------------------------------------
 
 TABLE = [(3, 4), (-1, 4), ([0], 4), ([1, 3], 4), ("3", 4), ("1, 3", 4), ("-1", 4), (0, 4), (5, 4)]
@@ -85,7 +87,8 @@ def observe_table(ns):
 
 register("parse_devices", Case("the devices table on a machine with 4 GPUs", observe_table, lambda d: judge_parse(d, TABLE)),
          answers=[Answer("parse_devices", "function",
-                         "a function parse_devices(devices, available) returning a list of GPU indices (ints) or None")])
+                         "a function parse_devices(devices, available) returning a list of GPU indices (ints) or None")],
+         points=2)
 
 
 # --- Exercise 2: a device-agnostic module -------------------------------------------------------
@@ -132,7 +135,8 @@ def judge_agnostic(d):
 
 register("device_agnostic", Case("same function; follows .to(device) and .double()", observe_agnostic, judge_agnostic),
          answers=[Answer("AgnosticStandardize", "class",
-                         "an nn.Module class AgnosticStandardize(mean, std) with a read-out layer self.readout")])
+                         "an nn.Module class AgnosticStandardize(mean, std) with a read-out layer self.readout")],
+         points=2)
 
 
 # --- Exercise 3: picklable for ddp_spawn -------------------------------------------------------
@@ -180,7 +184,8 @@ def judge_picklable(d):
 
 register("picklable", Case("pickles like ddp_spawn does, and behaves the same", observe_picklable, judge_picklable),
          answers=[Answer("SpawnSafeRegressor", "class",
-                         "a LightningModule class SpawnSafeRegressor(noise=0.1) with net, augment(x) and training_step")])
+                         "a LightningModule class SpawnSafeRegressor(noise=0.1) with net, augment(x) and training_step")],
+         points=2)
 
 
 # --- Exercise 4: effective batch size and learning rate -------------------------------------------
@@ -238,4 +243,4 @@ register("effective_batch", Case("the seed's examples and one with accumulation"
                          "accumulate_grad_batches=1) returning samples per optimizer step, an int"),
                   Answer("scaled_learning_rate", "function",
                          "a function scaled_learning_rate(base_lr, base_batch_size, effective_batch_size) "
-                         "returning the scaled learning rate, a float")])
+                         "returning the scaled learning rate, a float")], points=2)

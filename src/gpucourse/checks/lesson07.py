@@ -6,8 +6,10 @@ are what every rank does with the student's code, and each returns that rank's r
 
 from __future__ import annotations
 
-from gpucourse.checks import Answer, Case, register
+from gpucourse.checks import Answer, Case, Script, register
 from gpucourse.checks.ddp import judge_script_ran
+
+ASSIGNMENT = "lesson07_ddp_scripts"  # the course folder this module's exercises belong to
 
 # --- Exercise 1: averaging gradients by hand ------------------------------------------------
 
@@ -53,8 +55,7 @@ def drive_average_gradients(ns):
 
 def observe_average_gradients(ns):
     from gpucourse.checks.ddp import run_exercise_script
-    return run_exercise_script(ns, "average_gradients", ["average_gradients"],
-                               driver="gpucourse.checks.lesson07:drive_average_gradients")
+    return run_exercise_script(ns, "average_gradients")
 
 
 def judge_same_weights(d, why):
@@ -78,7 +79,8 @@ def _judge_matches_ddp(d):
 register("average_gradients", Case("both ranks end with DDP's weights", observe_average_gradients, _judge_matches_ddp),
          answers=[Answer("average_gradients", "function",
                          "a function average_gradients(model) that replaces every parameter's .grad with its mean "
-                         "over all processes")])
+                         "over all processes")],
+         points=3, kind=Script(("average_gradients",), driver="gpucourse.checks.lesson07:drive_average_gradients"))
 
 
 # --- Exercise 2: a Lightning DDP script with synced metrics ----------------------------------
@@ -119,8 +121,7 @@ def drive_synced_metrics(ns):
 
 def observe_synced_metrics(ns):
     from gpucourse.checks.ddp import run_exercise_script
-    return run_exercise_script(ns, "synced_metrics", ["SyncedRegressor", "make_trainer"],
-                               driver="gpucourse.checks.lesson07:drive_synced_metrics")
+    return run_exercise_script(ns, "synced_metrics")
 
 
 def judge_synced_metric(d, name, truth):
@@ -149,4 +150,5 @@ register("synced_metrics", Case("DDP on 2 processes, identical weights, val_loss
                          'a LightningModule class SyncedRegressor() that logs "val_loss" and "val_max_error" '
                          "over the whole validation set"),
                   Answer("make_trainer", "function",
-                         "a function make_trainer(max_epochs, accelerator, devices) returning a pl.Trainer that runs DDP")])
+                         "a function make_trainer(max_epochs, accelerator, devices) returning a pl.Trainer that runs DDP")],
+         points=3, kind=Script(("SyncedRegressor", "make_trainer"), driver="gpucourse.checks.lesson07:drive_synced_metrics"))

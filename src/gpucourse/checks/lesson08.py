@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from gpucourse.checks import Answer, Case, register
 
+ASSIGNMENT = "lesson08_tpus_xla"  # the course folder this module's exercises belong to
+
 # --- Exercise 1: pad_to_bucket -------------------------------------------------------------
 
 
@@ -47,7 +49,7 @@ def judge_pad_small(d):
 register("pad_to_bucket", Case("two sequences, buckets (4, 8); a sequence of 9 tokens", observe_pad_small, judge_pad_small),
          answers=[Answer("pad_to_bucket", "function",
                          "a function pad_to_bucket(batch, buckets, pad_value=0) returning the pair (padded, mask) "
-                         "of tensors")])
+                         "of tensors")], points=3)
 
 
 # --- Exercise 2: log_losses ----------------------------------------------------------------
@@ -112,4 +114,4 @@ def observe_log_losses_public(ns):
 register("log_losses", Case("7 steps logged every 3 steps", observe_log_losses_public, judge_log_losses(PUBLIC_LOSSES, 3)),
          answers=[Answer("log_losses", "function",
                          "a function log_losses(step, batches, every) returning a list of Python floats, "
-                         "the mean loss of each group of steps")])
+                         "the mean loss of each group of steps")], points=2)

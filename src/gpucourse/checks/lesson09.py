@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from gpucourse.checks import Answer, Case, register
 
+ASSIGNMENT = "lesson09_darts_forecasting"  # the course folder this module's exercises belong to
+
 
 # --- Exercise 1: mape ------------------------------------------------------------------------
 
@@ -107,7 +109,7 @@ register("mape", Case("three small cases: same span, a shorter forecast, a zero"
                       lambda d: judge_mape_results(d, PUBLIC_MAPE_EXPECTED)),
          answers=[Answer("mape", "function",
                          "a function mape(actual, forecast) of two Darts TimeSeries returning the MAPE in percent, "
-                         "a float")])
+                         "a float")], points=2)
 
 
 # --- Exercise 2: modern_trainer_kwargs --------------------------------------------------------
@@ -186,4 +188,5 @@ def judge_trainer_kwargs(results, inputs, expected) -> str | None:
 register("modern_trainer_kwargs", Case("the seed's two dicts and gpus=2", observe_public_trainer_kwargs,
                                        lambda d: judge_trainer_kwargs(d, PUBLIC_TRAINER_INPUTS, PUBLIC_TRAINER_EXPECTED)),
          answers=[Answer("modern_trainer_kwargs", "function",
-                         "a function modern_trainer_kwargs(old) returning a new dict of Trainer arguments")])
+                         "a function modern_trainer_kwargs(old) returning a new dict of Trainer arguments")],
+         points=2)

@@ -13,6 +13,8 @@ import shlex
 
 from gpucourse.checks import Answer, Case, register
 
+ASSIGNMENT = "lesson10_beyond_one_machine"  # the course folder this module's exercises belong to
+
 RANK_KEYS = ("global_rank", "local_rank", "node_rank", "world_size", "main_address")
 
 
@@ -91,7 +93,7 @@ register("slurm_ranks", Case("every task of a 2-node × 4-GPU job, an interactiv
                              observe_ranks_public, _judge_ranks_public),
          answers=[Answer("slurm_ranks", "function",
                          'a function slurm_ranks(env) returning None or a dict with the ints "global_rank", '
-                         '"local_rank", "node_rank", "world_size" and the str "main_address"')])
+                         '"local_rank", "node_rank", "world_size" and the str "main_address"')], points=2)
 
 
 # --- Exercise 2: sbatch_for ---------------------------------------------------------------
@@ -233,4 +235,5 @@ def observe_sbatch_public(ns):
 register("sbatch_for", Case("2 nodes × 4 GPUs and 1 node × 2 GPUs, read as sbatch reads them",
                             observe_sbatch_public, lambda texts: judge_sbatch_all(PUBLIC_SBATCH, texts)),
          answers=[Answer("sbatch_for", "function",
-                         "a function sbatch_for(nodes, gpus_per_node, command) returning the script's text, a str")])
+                         "a function sbatch_for(nodes, gpus_per_node, command) returning the script's text, a str")],
+         points=2)

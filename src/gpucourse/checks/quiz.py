@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from gpucourse.checks import Answer, Case, register
 
+ASSIGNMENT = "quiz_gpu_data_parallel"  # the course folder this module's exercises belong to
+
 QUESTIONS = tuple(f"q{n}" for n in range(1, 11))
 LETTERS = 'a str, one of the letters "a", "b", "c", "d"'
 
@@ -37,4 +39,4 @@ def judge_form(question):
 
 for _question in QUESTIONS:
     register(_question, Case(f"{_question} is one of a-d", observe_answer, judge_form(_question)),
-             answers=[Answer(_question, "str", LETTERS)])
+             answers=[Answer(_question, "str", LETTERS)], points=1, kind="answer")
