@@ -68,14 +68,15 @@ def unanswered(source: str, names: list[str]) -> list[str]:
     return found
 
 
-_LAUNCHED: dict[tuple[str, int, str], dict] = {}  # one launch per source: public and hidden cases share it
+_LAUNCHED: dict[tuple[str, int, str, str], dict] = {}  # one launch per source and inputs: cases share it
 
 
-def run_exercise_script(ns: dict, exercise: str) -> dict:
+def run_exercise_script(ns: dict, exercise: str, inputs=None) -> dict:
     """Launch the exercise as its declared script (``register(..., kind=Script(names, world_size, driver))``):
     every rank's record, exit code and log tail.
 
-    ``driver`` ("module:function") is what each rank does with the student's code (see ddp_harness).
+    ``driver`` ("module:function") is what each rank does with the student's code (see ddp_harness);
+    ``inputs`` (plain JSON data, e.g. sizes a hidden case generated) reach it as ``drive(ns, inputs)``.
     """
     from gpucourse.checks import answer_problem, exercises
 
@@ -89,20 +90,22 @@ def run_exercise_script(ns: dict, exercise: str) -> dict:
     todo = unanswered(source, names)
     if todo:  # launching two processes to meet a NotImplementedError costs seconds and says nothing
         return {"returncode": "not run", "ranks": {}, "tail": f"not answered yet: {', '.join(todo)}"}
-    key = (source, world_size, driver)
+    key = (source, world_size, driver, json.dumps(inputs, sort_keys=True))
     if key not in _LAUNCHED:
         try:
-            _LAUNCHED[key] = _launch(source, world_size, driver)
+            _LAUNCHED[key] = _launch(source, world_size, driver, inputs)
         except BaseException:  # interrupted (a check's time ran out): never launch this source again
             _LAUNCHED[key] = {"returncode": "interrupted", "ranks": {}, "tail": "the launch was interrupted"}
             raise
     return _LAUNCHED[key]
 
 
-def _launch(source: str, world_size: int, driver: str) -> dict:
+def _launch(source: str, world_size: int, driver: str, inputs=None) -> dict:
     with tempfile.TemporaryDirectory(prefix="gpucourse-ddp-") as folder:
         work = Path(folder)
         (work / "student.py").write_text(source)
+        if inputs is not None:
+            (work / "inputs.json").write_text(json.dumps(inputs))
         command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={world_size}",
                    "-m", "gpucourse.checks.ddp_harness", str(work / "student.py"), str(work), driver]
         env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}

@@ -3,7 +3,8 @@
     torchrun --standalone --nproc-per-node=2 -m gpucourse.checks.ddp_harness student.py OUT DRIVER
 
 ``DRIVER`` (``module:function``) says what every rank does with the student's code: it gets the
-namespace the student's source ran in and returns this rank's record (plain data), written to
+namespace the student's source ran in (and ``OUT/inputs.json``, when the check wrote one, as a second
+argument) and returns this rank's record (plain data), written to
 ``OUT/rank<RANK>.json``. Drivers that use torch.distributed directly start the process group with
 ``init_process_group()`` below; Lightning drivers let the Trainer start it.
 """
@@ -44,7 +45,8 @@ def main(student: str, out: str, driver: str) -> None:
     drive = getattr(importlib.import_module(module), function)
     namespace = {"__name__": "student"}
     exec(compile(Path(student).read_text(), student, "exec"), namespace)
-    record = drive(namespace)
+    inputs = Path(out, "inputs.json")  # what the case generated for the driver, when it did
+    record = drive(namespace, json.loads(inputs.read_text())) if inputs.is_file() else drive(namespace)
     Path(out, f"rank{os.environ['RANK']}.json").write_text(json.dumps(record))
 
 
