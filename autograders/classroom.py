@@ -36,6 +36,20 @@ def auto_graded_cells(nb: dict) -> list[str]:
 
 
 fixture_names: dict[tuple[str, str], list[str]] = {}  # what the last build put in each submission
+fixture_paths: dict[tuple[str, str], dict[str, Path]] = {}  # ... and which fixture answers which test cell
+
+
+def intended(path: Path) -> tuple[str, str]:
+    """A fixture's first line, ``# fails: <text>`` (wrong) or ``# approach: <how>`` (right), as (kind, text).
+
+    ``<text>`` must appear in one of the ✗ lines the grader reports for the fixture's exercise: the
+    fixture fails for that reason, not for another one."""
+    first = path.read_text().split("\n", 1)[0]
+    for kind in ("fails", "approach"):
+        if first.startswith(f"# {kind}: ") and first[len(kind) + 4:].strip():
+            return kind, first[len(kind) + 4:].strip()
+    raise ValueError(f"{path}: the first line must be '# fails: <text in the ✗ line it causes>' (wrong/) "
+                     "or '# approach: <how it differs from the reference>' (right/)")
 
 
 def build(folder: Path, limit: int | None = None, only: str | None = None,
@@ -82,6 +96,7 @@ def build(folder: Path, limit: int | None = None, only: str | None = None,
             expected[(student, assignment)] = {test_of[exercise]: "zero" if kind == "wrong" else "full"
                                                for exercise, _ in answers}
             fixture_names[(student, assignment)] = [path.name for _, path in answers]
+            fixture_paths[(student, assignment)] = {test_of[exercise]: path for exercise, path in answers}
     if limit is not None:
         for student, assignment in list(expected)[limit:]:
             shutil.rmtree(folder / student / assignment)

@@ -93,6 +93,41 @@ def test_every_exercise_has_both_kinds_of_fixture():
             assert kinds == {"wrong", "right"}, f"{exercise}: fixtures of kinds {kinds}, need wrong and right"
 
 
+def test_enough_fixtures_and_each_says_why():
+    """Every exercise: at least 3 wrong answers, each naming the ✗ it must cause, and 2 right ones that
+    say how they differ from the reference."""
+    counts: dict[tuple[str, str, str], int] = {}
+    for assignment, kind, exercise, path in classroom.fixtures():
+        counts[(assignment, exercise, kind)] = counts.get((assignment, exercise, kind), 0) + 1
+        assert classroom.intended(path)[0] == ("fails" if kind == "wrong" else "approach"), path
+    for source in notebooks(SOLUTIONS):
+        for exercise in [nbgrader_meta(c)["grade_id"] for c in read(source).cells
+                         if nbgrader_meta(c).get("solution") and c.cell_type == "code"]:
+            wrong, right = (counts.get((source.parent.name, exercise, k), 0) for k in ("wrong", "right"))
+            assert wrong >= 3 and right >= 2, f"{source.parent.name}/{exercise}: {wrong} wrong, {right} right fixtures"
+
+
+def test_wrong_fixtures_fail_for_their_own_reason(graded, engine_graded):
+    """Scoring 0 is not enough: the ✗ line must be the one the fixture's first line names."""
+    _, results, expected = graded
+    fixtures_expected, fixtures_graded = engine_graded
+    missed = []
+    for pair in {**expected, **fixtures_expected}:
+        for test, path in classroom.fixture_paths.get(pair, {}).items():
+            kind, reason = classroom.intended(path)
+            if kind != "fails":
+                continue
+            if pair in fixtures_graded:
+                lines = [line for line in fixtures_graded[pair].report[test] if line.startswith("✗")]
+            else:  # the round trip's student: its log lists every check's result under its test cell
+                log = (results / "logs" / f"{pair[0]}__{pair[1]}.log").read_text().split("--- sandbox output ---")[0]
+                section = log.split(f"\n{test} (", 1)[-1].split("\ntest_", 1)[0] if f"\n{test} (" in log else ""
+                lines = [line.strip() for line in section.splitlines() if line.strip().startswith("✗")]
+            if not any(reason in line for line in lines):
+                missed.append(f"{path.relative_to(FIXTURES)}: no ✗ line with {reason!r}; got {lines}")
+    assert not missed, "\n".join(missed)
+
+
 def test_scores(graded, engine_graded):
     _, results, expected = graded
     notebook_of = {p.parent.name: p.stem for p in notebooks(SOLUTIONS)}
@@ -169,7 +204,7 @@ def test_validate_button_passes_correct_code_that_warns(tmp_path):
     from nbgrader.validator import Validator
 
     source = SOLUTIONS / "quiz_gpu_data_parallel" / "quiz.ipynb"  # the quickest notebook to run twice
-    right = (FIXTURES / "quiz_gpu_data_parallel" / "right" / "q1__spelled_differently.py").read_text()
+    right = sorted((FIXTURES / "quiz_gpu_data_parallel" / "right").glob("q1__*.py"))[0].read_text()
     warns = ("import sys, warnings\nwarnings.warn('a warning, as torch and Lightning print them')\n"
              "print('and a line on stderr', file=sys.stderr)\n" + right)
     nb = read(source)
