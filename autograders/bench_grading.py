@@ -74,6 +74,7 @@ def main(argv: list[str] | None = None) -> int:
         "nbgrader_s_per_submission": baseline / count, "engine_s_per_submission": engine / count,
         "engine_started_s": started, "engine_started_s_per_submission": started / count,
         "sandbox_overhead_s": sandbox_overhead(), "flagged": len(batch.flagged), "problems": len(batch.problems),
+        "engine_phases_s": batch.seconds,
     }
     (args.out / "grading.json").write_text(json.dumps(results, indent=2))
     text = "\n".join([
@@ -90,6 +91,13 @@ def main(argv: list[str] | None = None) -> int:
         "",
         f"Ratio: **{results['ratio']:.2f}x**. Sandbox start-up and teardown around an empty program: "
         f"{1000 * results['sandbox_overhead_s']:.0f} ms.",
+        "",
+        "Where the engine's time went (wall seconds; the sandboxed runs overlap, one per worker, and the",
+        "grades are saved while they run):",
+        "",
+        "| phase | seconds |",
+        "|---|---|",
+        *[f"| {phase} | {seconds:.1f} |" for phase, seconds in batch.seconds.items()],
         "",
     ])
     (args.out / "grading.md").write_text(text)

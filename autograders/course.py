@@ -13,7 +13,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from traitlets.config import Config
+from traitlets import Dict, Unicode
+from traitlets.config import Config, Configurable
 from traitlets.config.loader import PyFileConfigLoader
 
 HERE = AUTOGRADERS = Path(__file__).resolve().parent
@@ -37,6 +38,15 @@ def load_config(root: Path | None = None, db: Path | None = None, source: str | 
     if release is not None:
         config.CourseDirectory.release_directory = release
     return config
+
+
+class DueDates(Configurable):
+    """Each assignment's due date, set in nbgrader_config.py (``c.DueDates.duedates``). nbgrader keeps
+    due dates in the gradebook: `make grade` writes these there when it registers the assignments,
+    and a submission stamped later (its timestamp.txt) gets nbgrader's late penalty."""
+
+    duedates = Dict(value_trait=Unicode(), help="assignment id -> due date as nbgrader writes one, e.g. "
+                    "'2026-10-05 23:59:00 Europe/Berlin' (a zone or offset after a space; UTC without)").tag(config=True)
 
 
 def assignments(source: Path = SOLUTIONS) -> list[str]:

@@ -8,12 +8,13 @@ RESULTS receives:
   and what failed; never the hidden checks' code);
 - ``logs/<student>__<assignment>.log``: scores, flags, every check's result, the sandbox output;
 - ``flagged.txt``: submissions a person should look at, and why; ``problems.txt``: what could not
-  be graded at all;
+  be graded at all (``--student`` replaces that student's lines in both and keeps everyone else's);
 - ``nbgrader/``: a complete nbgrader course folder (gradebook included) for Formgrader's manual
   grading: ``cd RESULTS/nbgrader && jupyter lab``, then ``nbgrader export`` there.
 
-Each submission runs in its own sandbox (autograders/sandbox.py) and is judged here
-(autograders/engine.py); see autograders/THREAT_MODEL.md. Kernels run with GPUCOURSE_SMOKE=1
+Each submission goes through the engine's steps (autograders/engine.py: take the answers, flag,
+observe in its own sandbox, judge), then record.py's (save the grades, nbgrader's late penalty);
+see autograders/THREAT_MODEL.md. Kernels run with GPUCOURSE_SMOKE=1
 unless it is already set: grading needs the exercises' answers, not the lessons' measurements.
 """
 
@@ -30,10 +31,13 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import nbformat
+from tqdm import tqdm
+
 import engine
 import record
 import sandbox
-from course import COURSE, HERE, ROOT, SOLUTIONS, api, assignments, load_config
+from course import COURSE, HERE, ROOT, SOLUTIONS, DueDates, api, assignments, load_config
 
 IGNORED = shutil.ignore_patterns(".ipynb_checkpoints", "__pycache__")
 
@@ -45,6 +49,15 @@ class Batch:
     pairs: list[tuple[str, str]] = field(default_factory=list)  # (student, assignment) to grade
     problems: list[str] = field(default_factory=list)
     flagged: list[str] = field(default_factory=list)
+    seconds: dict[str, float] = field(default_factory=dict)  # wall time of each phase of ``grade``
+
+    @contextlib.contextmanager
+    def timed(self, phase: str):
+        started = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[phase] = self.seconds.get(phase, 0.0) + time.perf_counter() - started
 
     def problem(self, student: str, assignment: str, why: str) -> None:
         self.problems.append(f"{student}/{assignment}: {why}")
@@ -97,11 +110,40 @@ def prepare(work: Path, submissions: Path, batch: Batch, solutions: Path) -> Non
 
 
 def register(nbgrader, batch: Batch) -> None:
-    """Step 3: generate each assignment once: its cells enter the gradebook, its release is the template."""
-    for aid in sorted({aid for _, aid in batch.pairs}):
+    """Step 3: generate each assignment once: its cells enter the gradebook, its release is the
+    template; its due date, when the course config sets one (course.DueDates), enters the gradebook."""
+    ids = sorted({aid for _, aid in batch.pairs})
+    due = due_dates(nbgrader.config, ids)
+    for aid in ids:
         result = nbgrader.generate_assignment(aid, force=True, create=True)
         if not result["success"]:
             raise SystemExit(f"cannot generate {aid} from the sources:\n{result['error']}")
+    set_due_dates(nbgrader.coursedir.db_url, due)
+
+
+def due_dates(config, ids: list[str]) -> dict:
+    """The configured due dates (``c.DueDates.duedates``) of assignments ``ids``, parsed as nbgrader
+    parses them (to UTC); a date nbgrader cannot read stops grading before anything runs."""
+    from nbgrader.utils import parse_utc
+
+    found = {}
+    for aid, when in DueDates(config=config).duedates.items():
+        if aid in ids:
+            try:
+                found[aid] = parse_utc(when)
+            except (ValueError, OverflowError) as error:
+                raise SystemExit(f"c.DueDates.duedates[{aid!r}] = {when!r} is not a date nbgrader reads: {error}")
+    return found
+
+
+def set_due_dates(db_url: str, due: dict) -> None:
+    """Each assignment's due date into the gradebook, where nbgrader's late penalty reads it."""
+    if due:
+        from nbgrader.api import Gradebook
+
+        with Gradebook(db_url) as gradebook:
+            for aid, when in due.items():
+                gradebook.update_or_create_assignment(aid, duedate=when)
 
 
 def _released(work: Path, aid: str) -> Path:
@@ -115,23 +157,36 @@ def _notebook(folder: Path, aid: str) -> Path:
     return notebooks[0]
 
 
-def _eta(done: int, total: int, started: float) -> str:
-    remaining = (time.perf_counter() - started) / done * (total - done)
-    return f"{int(remaining // 60)}:{int(remaining % 60):02d}"
+def longest_first(work: Path, pairs: list[tuple[str, str]], released) -> list[tuple[str, str]]:
+    """``pairs`` with those that launch the most multi-process scripts first (engine.cost), the
+    order otherwise kept."""
+    templates: dict[str, nbformat.NotebookNode] = {}
+
+    def cost(pair: tuple[str, str]) -> int:
+        student, aid = pair
+        try:
+            if aid not in templates:
+                templates[aid] = nbformat.reads(released(aid).read_text(), as_version=4)
+            return engine.cost(templates[aid], work / "submitted" / student / aid / released(aid).name, aid)
+        except Exception:  # the engine's steps say what is wrong with it
+            return 0
+
+    return sorted(pairs, key=cost, reverse=True)
 
 
 def sandboxed(work: Path, pairs: list[tuple[str, str]], released, hide: list[Path], jobs: int,
-              limits: sandbox.Limits, preload: bool = True):
-    """Every pair in its own sandbox, ``jobs`` at a time: yields (student, assignment, Graded or the
-    grader's exception) as each one ends. ``released(assignment)`` is the released notebook's path.
+              limits: sandbox.Limits, preload: bool = True, preloads: engine.Preloads | None = None):
+    """Every pair through the engine's steps, each in its own sandbox, ``jobs`` at a time, longest
+    first: yields (student, assignment, Graded or the grader's exception) as each one ends.
+    ``released(assignment)`` is the released notebook's path.
 
-    ``preload``: fork each sandbox from a preloaded Python per worker (engine.Preloads) instead of
-    starting Python and importing torch for every submission."""
+    ``preload``: fork each sandbox from a preloaded Python per worker (engine.Preloads; ``preloads``
+    when the caller started them ahead) instead of starting Python and importing torch for every submission."""
     isolate = sandbox.namespaces_available()
-    with (engine.Preloads() if preload else contextlib.nullcontext()) as preloads, \
-            ThreadPoolExecutor(max_workers=jobs) as pool:  # every worker done before the preloaded Pythons stop
+    own = engine.Preloads() if preload and preloads is None else contextlib.nullcontext(preloads if preload else None)
+    with own as preloads, ThreadPoolExecutor(max_workers=jobs) as pool:  # every worker done before the preloaded Pythons stop
         futures = {pool.submit(engine.grade_submission, work, student, aid, released(aid), hide, limits, isolate,
-                               preloads): (student, aid) for student, aid in pairs}
+                               preloads): (student, aid) for student, aid in longest_first(work, pairs, released)}
         for future in as_completed(futures):
             student, aid = futures[future]
             try:
@@ -140,27 +195,36 @@ def sandboxed(work: Path, pairs: list[tuple[str, str]], released, hide: list[Pat
                 yield student, aid, error
 
 
-def autograde(work: Path, batch: Batch, results: Path, submissions: Path, jobs: int,
-              limits: sandbox.Limits, preload: bool = True) -> list[tuple[str, str]]:
-    """Step 4: every pair in its own sandbox, ``jobs`` at a time; grades written as each one ends."""
+def autograde(work: Path, batch: Batch, results: Path, submissions: Path, jobs: int, limits: sandbox.Limits,
+              config, preload: bool = True, preloads: engine.Preloads | None = None) -> list[tuple[str, str]]:
+    """Step 4: every pair through the engine's steps, ``jobs`` at a time; as each one ends, this
+    thread (the gradebook's one writer) runs record.py's steps on it: grades, then late penalty."""
     hide = [work, results, submissions, ROOT / "solutions", ROOT / "autograders", ROOT / "tests", ROOT / ".git"]
-    graded, started, total = [], time.perf_counter(), len(batch.pairs)
-    ended = sandboxed(work, batch.pairs, lambda aid: _released(work, aid), hide, jobs, limits, preload)
-    for done, (student, aid, result) in enumerate(ended, 1):
-        try:
-            if isinstance(result, Exception):
-                raise result
-            record.write(work, _released(work, aid), result, results / "logs")
-        except Exception as error:  # a grader fault on one submission never stops the batch
-            batch.problem(student, aid, f"could not be graded: {type(error).__name__}: {error}")
-            continue
-        graded.append((student, aid))
-        if result.flags or result.notes:
-            batch.flagged.append(f"{student}/{aid}: " + "; ".join(result.flags + result.notes))
-        score = f"{sum(result.scores.values()):g}/{sum(result.max_scores.values()):g}"
-        bar = "#" * (20 * done // total) + "." * (20 - 20 * done // total)
-        print(f"[{bar}] {done}/{total} {student}/{aid} {score}{' FLAGGED' if result.flags else ''}"
-              f"  ETA {_eta(done, total, started)}", flush=True)
+    from nbgrader.api import Gradebook
+
+    graded = []
+    ended = sandboxed(work, batch.pairs, lambda aid: _released(work, aid), hide, jobs, limits, preload, preloads)
+    with tqdm(total=len(batch.pairs), desc="grading", unit="submission", dynamic_ncols=True) as progress, \
+            Gradebook(record.db_url(work)) as gradebook:
+        for student, aid, result in ended:
+            progress.update()
+            try:
+                if isinstance(result, Exception):
+                    raise result
+                with batch.timed("save grades, late penalty"):
+                    _, resources = engine.run(result.nb, {**result.resources, "work": work, "logs": results / "logs",
+                                                          "config": config, "gradebook": gradebook}, record.STEPS)
+            except Exception as error:  # a grader fault on one submission never stops the batch
+                batch.problem(student, aid, f"could not be graded: {type(error).__name__}: {error}")
+                continue
+            graded.append((student, aid))
+            batch.seconds["sandboxed runs, summed"] = batch.seconds.get("sandboxed runs, summed", 0.0) + resources["seconds"]
+            flags, notes = resources["flags"], resources.get("notes", [])
+            if flags or notes:
+                batch.flagged.append(f"{student}/{aid}: " + "; ".join(flags + notes))
+            score = f"{sum(resources['scores'].values()):g}/{sum(resources['max_scores'].values()):g}"
+            late = f" late, -{resources['late_penalty']:g}" if resources.get("seconds_late") else ""
+            progress.write(f"{student}/{aid} {score}{late}{' FLAGGED' if flags else ''}")
     return graded
 
 
@@ -187,18 +251,34 @@ def engine_only(submissions: Path, jobs: int | None = None, limits: sandbox.Limi
     return batch, graded
 
 
-def feedback(nbgrader, graded: list[tuple[str, str]], work: Path, out: Path, batch: Batch) -> None:
-    """Step 4: HTML feedback per student and assignment, copied to RESULTS/feedback/."""
+def feedback(nbgrader, graded: list[tuple[str, str]], work: Path, out: Path, batch: Batch,
+             one_by_one: bool = False) -> None:
+    """Step 5: nbgrader's HTML feedback per student and assignment, copied to RESULTS/feedback/.
+    One ``generate_feedback`` per assignment (nbgrader's set-up paid once, not per page), or per
+    student with ``one_by_one`` (a regrade: nobody else's pages are rewritten)."""
+    by_assignment: dict[str, list[str]] = {}
     for student, aid in graded:
-        result = nbgrader.generate_feedback(aid, student, force=True)
-        source = work / "feedback" / student / aid
-        if not result["success"] or not source.is_dir():
-            batch.problem(student, aid, "feedback could not be generated (see its log)")
-            continue
-        target = out / student / aid
-        if target.exists():
-            shutil.rmtree(target)
-        shutil.copytree(source, target)
+        by_assignment.setdefault(aid, []).append(student)
+        shutil.rmtree(work / "feedback" / student / aid, ignore_errors=True)  # what exists afterwards is new
+
+    def made(student: str, aid: str) -> bool:
+        return any((work / "feedback" / student / aid).glob("*.html"))
+
+    for aid, students in sorted(by_assignment.items()):
+        if not one_by_one and len(students) > 1:
+            nbgrader.generate_feedback(aid, force=True)  # every student autograded in aid
+        for student in students:
+            if not made(student, aid):  # one by one, or what a failed batch left out
+                nbgrader.generate_feedback(aid, student, force=True)
+        for student in students:
+            source = work / "feedback" / student / aid
+            if not made(student, aid):
+                batch.problem(student, aid, "feedback could not be generated (see its log)")
+                continue
+            target = out / student / aid
+            if target.exists():
+                shutil.rmtree(target)
+            shutil.copytree(source, target)
 
 
 def export(config, destination: Path) -> None:
@@ -212,6 +292,16 @@ def export(config, destination: Path) -> None:
         plugin.export(gradebook)
 
 
+def merge_lines(path: Path, lines: list[str], student: str | None, sort: bool = False) -> None:
+    """Write ``lines`` (``<student>/...``) to ``path``; with ``student`` (a regrade), only that
+    student's lines are replaced: everyone else's stay as they were."""
+    kept = []
+    if student is not None and path.exists():
+        kept = [line for line in path.read_text().splitlines() if line and line.split("/", 1)[0] != student]
+    merged = sorted(kept + lines) if sort else kept + lines
+    path.write_text("".join(f"{line}\n" for line in merged))
+
+
 def grade(submissions: Path, results: Path, solutions: Path = SOLUTIONS, only_student: str | None = None,
           jobs: int | None = None, limits: sandbox.Limits = sandbox.Limits(), preload: bool = True) -> Batch:
     """Run the steps; returns what was graded, flagged and could not be graded."""
@@ -221,15 +311,22 @@ def grade(submissions: Path, results: Path, solutions: Path = SOLUTIONS, only_st
     work.mkdir(parents=True, exist_ok=True)
     batch = discover(submissions, assignments(solutions), only_student)
     prepare(work, submissions, batch, solutions)
-    config = load_config(root=work, db=work / "gradebook.db", source="source", release="release")
-    nbgrader = api(config)
-    register(nbgrader, batch)
-    graded = autograde(work, batch, results, submissions, jobs or os.cpu_count() or 1, limits, preload)
-    feedback(nbgrader, graded, work, results / "feedback", batch)
-    export(config, results / "grades.csv")
-    (results / "problems.txt").write_text("".join(f"{p}\n" for p in batch.problems))
-    if only_student is None or not (results / "flagged.txt").exists():
-        (results / "flagged.txt").write_text("".join(f"{f}\n" for f in sorted(batch.flagged)))
+    jobs = jobs or os.cpu_count() or 1
+    with (engine.Preloads() if preload else contextlib.nullcontext()) as preloads:
+        if preloads is not None and engine.forks():  # their imports overlap registering the assignments
+            preloads.start(min(jobs, len(batch.pairs)))
+        with batch.timed("register"):
+            config = load_config(root=work, db=work / "gradebook.db", source="source", release="release")
+            nbgrader = api(config)
+            register(nbgrader, batch)
+        with batch.timed("autograde"):
+            graded = autograde(work, batch, results, submissions, jobs, limits, config, preload, preloads)
+    with batch.timed("feedback"):
+        feedback(nbgrader, graded, work, results / "feedback", batch, one_by_one=only_student is not None)
+    with batch.timed("export"):
+        export(config, results / "grades.csv")
+    merge_lines(results / "problems.txt", batch.problems, only_student)
+    merge_lines(results / "flagged.txt", batch.flagged, only_student, sort=True)
     return batch
 
 

@@ -24,6 +24,16 @@ c.Exchange.root = os.path.join(os.path.dirname(HERE), "exchange")
 c.ClearSolutions.code_stub = {"python": "# YOUR CODE HERE\nraise NotImplementedError()"}
 c.ClearSolutions.text_stub = "YOUR ANSWER HERE"
 
+# Late submissions (`make grade`): a submission whose timestamp.txt (nbgrader's exchange writes it
+# next to the notebook) is after its assignment's due date gets the penalty of nbgrader's
+# LateSubmissionPlugin: "zero" scores it 0, "none" only records how late it was. A subclass named in
+# c.AssignLatePenalties.plugin_class (e.g. a penalty per day) replaces it.
+c.LateSubmissionPlugin.penalty_method = "zero"
+# Due dates per assignment id, as nbgrader writes them ("2026-10-05 23:59:00 Europe/Berlin"; UTC
+# when no zone is given). `make grade` sets them in the gradebook; an assignment left out keeps the
+# one the gradebook has (`make nbgrader RESULTS=<dir> ARGS="db assignment add <id> --duedate=..."`).
+c.DueDates.duedates = {}
+
 # Grading and Validate execute each notebook with a real kernel; warnings on stderr cost nothing.
 c.Execute.timeout = 600
 

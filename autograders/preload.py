@@ -7,7 +7,7 @@ Grading a submission used to start a Python and import torch (and often Lightnin
 per submission, the same work every time. This process does it once per grading worker, then for
 each run it forks a child that becomes the sandboxed program exactly as ``sandbox.run`` would start
 it (see ``sandbox.py``): a new session, the resource limits, the scrubbed environment, its own
-working folder; when isolated, new network, mount and PID namespaces with the same mounts, and
+working folder; when isolated, new network, mount, PID and IPC namespaces with the same mounts, and
 ``nobody`` with no capabilities and no new privileges. The grader still kills the child's process
 group on timeout, and a child in a PID namespace takes everything it started with it.
 
@@ -45,7 +45,7 @@ import sandbox  # this folder is autograders/: its Limits, and the limits applie
 PRELOAD = ("numpy", "torch", "torch.distributed", "pytorch_lightning", "gpucourse", "gpucourse.parallel",
            "gpucourse.checks", "gpucourse.checks.ddp", "gpucourse.checks.runner")
 
-CLONE_NEWNS, CLONE_NEWPID, CLONE_NEWNET = 0x00020000, 0x20000000, 0x40000000
+CLONE_NEWNS, CLONE_NEWIPC, CLONE_NEWPID, CLONE_NEWNET = 0x00020000, 0x08000000, 0x20000000, 0x40000000
 PR_SET_PDEATHSIG, PR_SET_NO_NEW_PRIVS = 1, 38
 LINUX_CAPABILITY_VERSION_3 = 0x20080522
 NOBODY = 65534
@@ -65,10 +65,9 @@ def preload() -> tuple[bool, str]:
             importlib.import_module(name)
         except Exception:  # a missing optional package only means a slower child
             pass
-    import gpucourse.checks as checks
+    from gpucourse.checks import runner
 
-    for name in checks.LESSONS:  # the public checks: what the runner's observers import
-        importlib.import_module(name)
+    runner.import_course()  # every module of gpucourse, as the runner does before its snapshot
     if _threads() != 1:
         return False, f"{_threads()} threads after importing (forking would copy none of them)"
     torch = sys.modules.get("torch")
@@ -156,7 +155,7 @@ def _isolate(script: str, processes: int) -> None:
     """New namespaces; the child of this process becomes PID 1 of the new PID namespace and returns,
     as ``nobody`` in /mnt; this process waits for it and exits as it did (``unshare --fork --kill-child``)."""
     libc = _libc()
-    _check(libc.unshare(CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWPID), "unshare")
+    _check(libc.unshare(CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWPID | CLONE_NEWIPC), "unshare")
     pid = os.fork()
     if pid:
         _, status = os.waitpid(pid, 0)
@@ -198,6 +197,9 @@ def _run_python(argv: list[str], base_path: list[str]) -> int:
                                                    errors="backslashreplace", line_buffering=True)
     for name in ("preload", "sandbox"):  # the grader's modules: not the program's business
         sys.modules.pop(name, None)
+    import atexit
+
+    atexit._clear()  # handlers the imports registered here (matplotlib's temporary cache...) are this server's
     code = 0
     try:
         if argv[0] == "-m":

@@ -1,89 +1,153 @@
-"""Write a graded submission down: nbgrader's gradebook, the autograded notebook, the log.
+"""The engine's last steps: write a graded submission down, then apply nbgrader's late penalty.
 
-Scores land under the notebooks' grade-cell ids, so Formgrader (manual grading of written
-answers), ``nbgrader generate_feedback`` and ``nbgrader export`` work as usual. The autograded
-notebook is built from the *released* notebook: it can hold the student's answers and the
-check results, but no solution or hidden check.
+Both are ``step(nb, resources) -> (nb, resources)`` like the engine's (engine.py), run by the
+grader's main thread only: it is the gradebook's one writer.
+
+- ``save_grades``: the autograded notebook (the engine's notebook: the *released* one with the
+  student's answers and the check results, so no solution or hidden check), nbgrader's gradebook
+  (the submission and its ``timestamp.txt``, scores under the notebooks' grade-cell ids) and the log.
+  Formgrader (manual grading of written answers), ``nbgrader generate_feedback`` and ``nbgrader
+  export`` then work as usual.
+- ``late_penalty``: nbgrader's own ``AssignLatePenalties`` with the course's configuration: the
+  ``LateSubmissionPlugin`` (or the subclass ``c.AssignLatePenalties.plugin_class`` names) decides
+  the penalty of a submission stamped after its assignment's due date.
+
+Resources they read, besides the engine's: ``work`` (the nbgrader course folder), ``logs`` (the
+folder of the logs), ``config`` (the course's nbgrader configuration) and, optionally,
+``gradebook``: an open ``Gradebook`` of ``work`` kept for a whole class (SQLAlchemy then compiles
+each query once instead of once per submission).
 """
 
 from __future__ import annotations
 
-import copy
-import json
+import contextlib
+import datetime
+import logging
 import warnings
 from pathlib import Path
 
+import nbformat
 from sqlalchemy.exc import SAWarning
 
 from nbgrader.api import Gradebook, MissingEntry
-from nbgrader.utils import compute_checksum
-from nbformat import from_dict
+from nbgrader.utils import compute_checksum, parse_utc
 
 from assemble import nbgrader_meta
-from engine import Graded
+
+QUIET = logging.getLogger("gpucourse.late")
+QUIET.setLevel(logging.ERROR)
+TIMESTAMP_BYTES = 200  # nbgrader writes one line such as "2026-11-23 17:00:00.000000 UTC"
 
 
-def autograded_notebook(released: dict, graded: Graded) -> dict:
-    nb = copy.deepcopy(released)
-    for index, cell in enumerate(nb["cells"]):
-        meta = nbgrader_meta(cell)
-        grade_id = meta.get("grade_id")
-        if meta.get("solution") and graded.answers.get(grade_id) is not None:
-            cell["source"] = graded.answers[grade_id]
-        if cell["cell_type"] != "code":
-            continue
-        cell["outputs"], cell["execution_count"] = [], None
-        if grade_id in graded.report:
-            text = "\n".join(graded.report[grade_id]) + "\n"
-            cell["outputs"].append({"output_type": "stream", "name": "stdout", "text": text})
-            if graded.scores[grade_id] < graded.max_scores[grade_id]:
-                cell["outputs"].append({"output_type": "error", "ename": "CheckFailed",
-                                        "evalue": "some checks failed (see above)", "traceback": []})
-            continue
-        record = graded.cell_records.get(index)
-        if record:
-            if record.get("output"):
-                cell["outputs"].append({"output_type": "stream", "name": "stdout", "text": str(record["output"])})
-            if record.get("error"):
-                cell["outputs"].append({"output_type": "error", "ename": "Error", "evalue": str(record["error"])[:2000],
-                                        "traceback": [str(record["error"])[:2000]]})
-    return nb
+def db_url(work: Path) -> str:
+    return f"sqlite:///{work / 'gradebook.db'}"
 
 
-def write(work: Path, released_path: Path, graded: Graded, logs: Path) -> None:
-    released = json.loads(released_path.read_text())
-    nb = autograded_notebook(released, graded)
-    target = work / "autograded" / graded.student / graded.assignment
-    target.mkdir(parents=True, exist_ok=True)
-    (target / released_path.name).write_text(json.dumps(nb, indent=1))
-    db = f"sqlite:///{work / 'gradebook.db'}"
-    with Gradebook(db) as gb, warnings.catch_warnings():
-        warnings.simplefilter("ignore", SAWarning)  # nbgrader's add_submission autoflushes noisily
-        gb.update_or_create_student(graded.student)
+@contextlib.contextmanager
+def _gradebook(resources: dict):
+    if resources.get("gradebook") is not None:
         try:
-            gb.find_submission(graded.assignment, graded.student)
+            yield resources["gradebook"]
+        except BaseException:  # this submission's half-done changes must not reach the next one's commit
+            resources["gradebook"].db.rollback()
+            raise
+    else:
+        with Gradebook(db_url(resources["work"])) as gradebook:
+            yield gradebook
+
+
+def submitted_at(folder: Path) -> tuple[datetime.datetime | None, str | None]:
+    """The submission time nbgrader's exchange wrote to ``folder/timestamp.txt`` (UTC), or None; and
+    why it was not used, when the file is there but is not a timestamp (never followed if a symlink)."""
+    path = folder / "timestamp.txt"
+    if not path.exists() and not path.is_symlink():
+        return None, None
+    if path.is_symlink() or not path.is_file() or path.stat().st_size > TIMESTAMP_BYTES:
+        return None, "timestamp.txt is not a one-line file (ignored)"
+    try:
+        return parse_utc(path.read_text().strip()), None
+    except (ValueError, OverflowError, UnicodeDecodeError):
+        return None, "timestamp.txt holds no timestamp (ignored)"
+
+
+def _log_lines(resources: dict) -> list[str]:
+    scores, max_scores = resources["scores"], resources["max_scores"]
+    lines = [f"{resources['student']}/{resources['assignment']}: {sum(scores.values()):g}/{sum(max_scores.values()):g} "
+             f"auto-graded points in {resources.get('seconds', 0.0):.1f} s"]
+    lines += [f"flag: {f}" for f in resources["flags"]] + [f"note: {n}" for n in resources.get("notes", [])]
+    for test, report in resources["report"].items():
+        lines += [f"{test} ({scores[test]:g}/{max_scores[test]:g}):"] + [f"  {r}" for r in report]
+    return lines + ["--- sandbox output ---", resources.get("log", "")]
+
+
+def save_grades(nb, resources):
+    """Writes the autograded notebook, the gradebook (the submission, stamped with its timestamp.txt
+    as ``nbgrader autograde`` does; auto scores; written answers left to a person unless blank; the
+    flag) and the log. A timestamp.txt that is not one becomes a flag."""
+    work, student, assignment, notebook = resources["work"], resources["student"], resources["assignment"], resources["notebook"]
+    timestamp, why = submitted_at(resources["submitted"].parent)
+    if why:
+        resources["flags"] = resources["flags"] + [why]
+    resources["timestamp"] = timestamp
+    target = work / "autograded" / student / assignment
+    target.mkdir(parents=True, exist_ok=True)
+    (target / f"{notebook}.ipynb").write_text(nbformat.v4.writes(nb))  # valid by construction: not validated per submission
+    with _gradebook(resources) as gb, warnings.catch_warnings():
+        warnings.simplefilter("ignore", SAWarning)  # nbgrader's add_submission autoflushes noisily
+        gb.update_or_create_student(student)
+        try:
+            submission = gb.find_submission(assignment, student)
         except MissingEntry:
-            gb.add_submission(graded.assignment, graded.student)
-        for cell in released["cells"]:
+            submission = gb.add_submission(assignment, student)
+        if timestamp is not None:  # as nbgrader's autograde: without a file, what the gradebook had stays
+            submission.timestamp = timestamp
+        for cell in nb["cells"]:
             meta = nbgrader_meta(cell)
             if not meta.get("grade"):
                 continue
-            grade = gb.find_grade(meta["grade_id"], graded.notebook, graded.assignment, graded.student)
-            if meta["grade_id"] in graded.scores:
-                grade.auto_score = graded.scores[meta["grade_id"]]
+            grade = gb.find_grade(meta["grade_id"], notebook, assignment, student)
+            if meta["grade_id"] in resources["scores"]:
+                grade.auto_score = resources["scores"][meta["grade_id"]]
             else:  # a written answer: a person grades it, unless it was left blank
-                answer = graded.answers.get(meta["grade_id"])
-                blank = answer is None or compute_checksum(from_dict({**cell, "source": answer})) == meta.get("checksum")
+                answer = resources["answers"].get(meta["grade_id"])
+                blank = answer is None or compute_checksum(nbformat.from_dict({**cell, "source": answer})) == meta.get("checksum")
                 grade.auto_score = 0.0 if blank else None
             grade.needs_manual_grade = grade.manual_score is not None or grade.auto_score is None
-        notebook = gb.find_submission_notebook(graded.notebook, graded.assignment, graded.student)
-        notebook.flagged = bool(graded.flags)
+        gb.find_submission_notebook(notebook, assignment, student).flagged = bool(resources["flags"])
         gb.db.commit()
+    logs = resources["logs"]
     logs.mkdir(parents=True, exist_ok=True)
-    lines = [f"{graded.student}/{graded.assignment}: {sum(graded.scores.values()):g}/{sum(graded.max_scores.values()):g} "
-             f"auto-graded points in {graded.seconds:.1f} s"]
-    lines += [f"flag: {f}" for f in graded.flags] + [f"note: {n}" for n in graded.notes]
-    for test, report in graded.report.items():
-        lines += [f"{test} ({graded.scores[test]:g}/{graded.max_scores[test]:g}):"] + [f"  {r}" for r in report]
-    lines += ["--- sandbox output ---", graded.log]
-    (logs / f"{graded.student}__{graded.assignment}.log").write_text("\n".join(lines))
+    (logs / f"{student}__{assignment}.log").write_text("\n".join(_log_lines(resources)))
+    return nb, resources
+
+
+def late_penalty(nb, resources):
+    """nbgrader's AssignLatePenalties on the saved submission: no penalty unless it is stamped after
+    the assignment's due date (``DueDates`` in nbgrader_config.py), then the configured plugin's.
+    Sets ``late_penalty`` (points) and ``seconds_late``; a late submission's log says both."""
+    from nbgrader.preprocessors import AssignLatePenalties
+
+    student, assignment, notebook = resources["student"], resources["assignment"], resources["notebook"]
+
+    def found() -> tuple[float, float | None]:
+        with _gradebook(resources) as gb:
+            late = gb.find_submission(assignment, student).total_seconds_late
+            penalty = gb.find_submission_notebook(notebook, assignment, student).late_submission_penalty
+            gb.db.commit()  # no transaction left open while nbgrader's own connection writes
+        return late, penalty
+
+    late, penalty = found()
+    if late > 0 or penalty is not None:  # otherwise it would only set the penalty to None again
+        step = AssignLatePenalties(config=resources["config"], log=QUIET)  # the log file says it below
+        step.preprocess(nb, {"nbgrader": {"notebook": notebook, "assignment": assignment, "student": student,
+                                          "db_url": db_url(resources["work"])}})
+        late, penalty = found()
+    resources["seconds_late"], resources["late_penalty"] = late, penalty or 0.0
+    if late > 0:
+        log = resources["logs"] / f"{student}__{assignment}.log"
+        first, _, rest = log.read_text().partition("\n")
+        log.write_text(f"{first}\nlate: {late:.0f} s after the due date; penalty {penalty or 0:g} point(s)\n{rest}")
+    return nb, resources
+
+
+STEPS = (save_grades, late_penalty)

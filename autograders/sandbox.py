@@ -4,16 +4,27 @@ Always (any OS user): a new session, a scrubbed environment, a working folder of
 resource limits: address space, CPU seconds, processes, file size; a wall-clock limit that kills
 the whole process group; and captured output cut at a byte limit.
 
-When the grader runs as root on Linux and ``unshare`` works (CI, a grading server), additionally:
-new network, mount and PID namespaces (no network, no view of or signal to the grader's
-processes, and every process left behind dies with the namespace), the course's private folders
-and every other student's work hidden under empty tmpfs mounts, and the code runs as ``nobody``
-with no capabilities. ``Isolation.describe()`` says which of the two applied.
+Isolated, additionally: new network (loopback only), mount, PID and IPC namespaces (no network, no
+view of or signal to the grader's processes, and every process left behind dies with the
+namespace), the course's private folders and every other student's work hidden under empty tmpfs
+mounts, and the code runs as ``nobody`` with no capabilities. Two ways, probed once (``probe()``):
+
+- ``namespaces``: the grader runs as root on Linux and ``unshare`` works (CI, a grading server); the
+  code runs as the real ``nobody``, and runs may be forked from a preloaded Python (``Preloaded``).
+- ``bwrap``: any user, with bubblewrap and unprivileged user namespaces (a laptop, a shared account);
+  the code is ``nobody`` inside a user namespace and the grader's own user outside (with its
+  supplementary groups: an unprivileged process cannot drop them), and the whole file system is
+  read-only but for its working folder and its own /tmp and /dev/shm. Every run starts
+  Python: bubblewrap has to start the program it confines, and a child forked from a preloaded
+  Python is already running.
+
+``probe().describe()`` says which applies and, when neither does, what is missing and how to get it.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import os
 import resource
@@ -50,6 +61,7 @@ class Outcome:
     timed_out: bool
     isolated: bool
     notes: list[str] = field(default_factory=list)
+    isolation: str = ""  # the method (METHODS) when isolated
     forked: bool = False  # from a preloaded Python (Preloaded), not a new interpreter
 
     @property
@@ -57,13 +69,87 @@ class Outcome:
         return self.output_bytes > len(self.output.encode(errors="replace"))
 
 
+METHODS = ("namespaces", "bwrap")
+
+
+@dataclass(frozen=True)
+class Isolation:
+    """The isolation runs can have here (``method``: one of METHODS, or "" for none) and what is missing."""
+
+    method: str
+    missing: tuple[str, ...] = ()
+
+    def __bool__(self) -> bool:
+        return bool(self.method)
+
+    def describe(self) -> str:
+        if self.method == "namespaces":
+            return "isolated: namespaces (root, unshare), code runs as nobody"
+        if self.method == "bwrap":
+            return "isolated: bubblewrap (user namespaces), code runs as nobody in its own namespaces"
+        return "not isolated (resource limits and process-group kill only): " + "; ".join(self.missing)
+
+
+def _first_line(path: str) -> str:
+    try:
+        return Path(path).read_text().strip()
+    except OSError:
+        return ""
+
+
+def _userns_problem() -> str:
+    """Why this kernel refuses an ordinary user a user namespace, with the setting that allows it."""
+    if _first_line("/proc/sys/kernel/unprivileged_userns_clone") == "0":
+        return ("unprivileged user namespaces are disabled: sysctl -w kernel.unprivileged_userns_clone=1 "
+                "(as root; kernel.unprivileged_userns_clone=1 in /etc/sysctl.d/ to keep it)")
+    if _first_line("/proc/sys/user/max_user_namespaces") == "0":
+        return "user namespaces are disabled: sysctl -w user.max_user_namespaces=10000 (as root)"
+    if _first_line("/proc/sys/kernel/apparmor_restrict_unprivileged_userns") == "1":
+        return ("AppArmor restricts unprivileged user namespaces (Ubuntu 23.10 and later): an AppArmor profile "
+                "allowing userns for /usr/bin/bwrap, or sysctl -w kernel.apparmor_restrict_unprivileged_userns=0")
+    return ""
+
+
+def _bwrap_base() -> list[str]:
+    """bubblewrap's namespaces and process settings, the same for the probe and every run."""
+    return [shutil.which("bwrap") or "bwrap", "--unshare-user", "--uid", str(NOBODY), "--gid", str(NOBODY),
+            "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
+            "--die-with-parent", "--new-session", "--cap-drop", "ALL",
+            "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
+
+
+@functools.cache
+def probe() -> Isolation:
+    """Which isolation works here (tried for real, once per process), and what is missing for the rest."""
+    if sys.platform != "linux":
+        return Isolation("", ("namespaces and bubblewrap need Linux: grade a class on a Linux machine or VM",))
+    if os.geteuid() == 0:  # the real nobody; bubblewrap as root would map nobody to root, exempt from RLIMIT_NPROC
+        if not (shutil.which("unshare") and shutil.which("setpriv")):
+            return Isolation("", ("unshare and setpriv are missing: apt-get install util-linux",))
+        trial = subprocess.run(["unshare", "--net", "--mount", "--pid", "--ipc", "--fork", "--mount-proc", "true"],
+                               capture_output=True, timeout=30)
+        if trial.returncode != 0:
+            return Isolation("", ("unshare cannot create namespaces (a container without CAP_SYS_ADMIN?): "
+                                  + trial.stderr.decode(errors="replace").strip()[-200:],))
+        return Isolation("namespaces")
+    if not shutil.which("bwrap"):
+        return Isolation("", ("bubblewrap is not installed: apt-get install bubblewrap (or dnf/pacman install "
+                              "bubblewrap); root on a grading server gets namespaces without it",))
+    trial = subprocess.run(_bwrap_base() + ["--", "true"], capture_output=True, timeout=30)
+    if trial.returncode != 0:
+        return Isolation("", (_userns_problem() or "bubblewrap cannot create its namespaces: "
+                              + trial.stderr.decode(errors="replace").strip()[-200:],))
+    return Isolation("bwrap")
+
+
 def namespaces_available() -> bool:
-    """Root, Linux, and the kernel lets us create net, mount and PID namespaces."""
-    if os.name != "posix" or os.geteuid() != 0 or not (shutil.which("unshare") and shutil.which("setpriv")):
-        return False
-    probe = subprocess.run(["unshare", "--net", "--mount", "--pid", "--fork", "--mount-proc", "true"],
-                           capture_output=True, timeout=30)
-    return probe.returncode == 0
+    """Whether runs can be isolated here, either way (see ``probe``); the first call that finds none
+    says on stderr what is missing and how to get it."""
+    isolation = probe()
+    if not isolation and not getattr(namespaces_available, "told", False):
+        namespaces_available.told = True
+        print(f"sandbox: {isolation.describe()}", file=sys.stderr)
+    return bool(isolation)
 
 
 def _limit_resources(limits: Limits):
@@ -73,7 +159,7 @@ def _limit_resources(limits: Limits):
         resource.setrlimit(resource.RLIMIT_CPU, (limits.cpu_seconds, limits.cpu_seconds))
         resource.setrlimit(resource.RLIMIT_FSIZE, (limits.file_bytes, limits.file_bytes))
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-        if os.geteuid() != 0:  # root ignores RLIMIT_NPROC; the isolated path sets it after dropping to nobody
+        if os.geteuid() != 0:  # root ignores RLIMIT_NPROC; `namespaces` sets it after dropping to nobody
             resource.setrlimit(resource.RLIMIT_NPROC, (limits.processes, limits.processes))
 
     return apply
@@ -151,8 +237,33 @@ def _isolated_command(command: list[str], workdir: Path, hide: list[Path], limit
         "exec setpriv --reuid={0} --regid={0} --clear-groups --no-new-privs --inh-caps=-all "
         "prlimit --nproc={1} -- {2}".format(NOBODY, limits.processes, shlex.join(command)),
     ]
-    return ["unshare", "--net", "--mount", "--pid", "--fork", "--kill-child", "--mount-proc", "--",
+    return ["unshare", "--net", "--mount", "--pid", "--ipc", "--fork", "--kill-child", "--mount-proc", "--",
             "sh", "-c", "\n".join(script)]
+
+
+def _bwrap_command(command: list[str], workdir: Path, hide: list[Path]) -> list[str]:
+    """Wrap ``command`` in bubblewrap: ``_bwrap_base``'s namespaces over a read-only root, the
+    ``hide`` folders under empty tmpfs, the interpreter's folders bound back where /tmp or a hidden
+    folder covers them, the work folder writable at /mnt.
+    """
+    needed = _needed_folders()
+
+    def under(path: Path, folder: Path) -> bool:
+        return path == folder or path.is_relative_to(folder)
+
+    tmp = Path("/tmp").resolve()
+    args = _bwrap_base()
+    covering = [tmp]
+    for path in (Path(p).resolve() for p in hide):
+        # a folder under /tmp is gone already (the run has its own /tmp), unless needed folders lie in it
+        if path.is_dir() and (not under(path, tmp) or any(under(n, path) for n in needed)):
+            args += ["--tmpfs", str(path)]
+            covering.append(path)
+    for folder in needed:
+        if any(under(folder, c) for c in covering):
+            args += ["--ro-bind", str(folder), str(folder)]
+    args += ["--bind", str(workdir.resolve()), "/mnt", "--chdir", "/mnt", "--"]
+    return args + command
 
 
 def _drain(stream, limits: Limits, kept: list[bytes], counted: list[int]) -> None:
@@ -169,7 +280,8 @@ class Preloaded:
     One per grading worker, one run at a time. It is started with the environment its runs get
     (the engine's scrubbed one), imports torch, Lightning and the course's checks once, and then
     serves ``run(..., preloaded=this)`` for programs started as ``[sys.executable, ...]`` with that
-    environment; anything else, or a server that could not start, falls back to starting Python.
+    environment; anything else, a server that could not start, or a run under bubblewrap (it
+    confines only a program it starts itself) falls back to starting Python.
     """
 
     def __init__(self, env: dict[str, str]):
@@ -203,11 +315,14 @@ class Preloaded:
         return self._ready and self._process.poll() is None
 
     def start(self, command: list[str], workdir: Path, env: dict[str, str], hide: list[Path], limits: Limits,
-              isolate: bool, pass_fds: tuple[int, ...]) -> "_Forked | None":
-        """Fork ``command`` as ``run`` would start it; None if this server cannot (then start Python)."""
-        if command[:1] != [sys.executable] or env != self.env or not self.usable():
+              isolate: str, pass_fds: tuple[int, ...]) -> "_Forked | None":
+        """Fork ``command`` as ``run`` would start it; None if this server cannot (then start Python).
+
+        ``isolate``: "" or "namespaces" (the server enters them in the child, as root); "bwrap" never
+        forks: bubblewrap can only confine a program it starts itself."""
+        if isolate not in ("", "namespaces") or command[:1] != [sys.executable] or env != self.env or not self.usable():
             return None
-        request = {"command": command, "workdir": str(workdir), "env": env, "isolate": isolate,
+        request = {"command": command, "workdir": str(workdir), "env": env, "isolate": bool(isolate),
                    "limits": dataclasses.asdict(limits), "pass_fds": list(pass_fds),
                    "script": "\n".join(_mount_script(workdir, hide, proc=True)) if isolate else ""}
         stdin_r, stdin_w = os.pipe()
@@ -253,28 +368,42 @@ class _Forked:
 
 
 def run(command: list[str], workdir: Path, *, env: dict[str, str] | None = None, hide: list[Path] = (),
-        limits: Limits = Limits(), isolate: bool | None = None, stdin: bytes = b"",
+        limits: Limits = Limits(), isolate: bool | str | None = None, stdin: bytes = b"",
         pass_fds: tuple[int, ...] = (), preloaded: Preloaded | None = None) -> Outcome:
     """Run ``command`` in ``workdir`` under ``limits``; never raises for what the code does.
 
-    ``workdir`` becomes the code's current folder (``/mnt`` when isolated) and is handed to
-    ``nobody`` when isolated. ``hide`` lists folders the code must not read (isolated only).
-    ``pass_fds`` are given to the code and closed here. ``preloaded``: fork a Python ``command``
-    from that server (same sandbox, no interpreter start-up) when it can.
+    ``isolate``: None or True, the method ``probe()`` found (None: none if it found none); a method
+    name (METHODS) for that one; False, none. ``workdir`` becomes the code's current folder (``/mnt``
+    when isolated; handed to ``nobody`` under ``namespaces``). ``hide`` lists folders the code must
+    not read (isolated only). ``pass_fds`` are given to the code and closed here. ``preloaded``: fork
+    a Python ``command`` from that server (same sandbox, no interpreter start-up) when it can.
     """
-    isolate = namespaces_available() if isolate is None else isolate
+    if isinstance(isolate, str):
+        method = isolate
+    elif isolate is None:
+        method = probe().method
+    else:  # asked for where none works: fails visibly, in the run's output
+        method = (probe().method or "namespaces") if isolate else ""
+    if method and method not in METHODS:
+        raise ValueError(f"isolate must be one of {METHODS}, a bool or None, not {isolate!r}")
     env = env if env is not None else {"PATH": os.defpath}
     notes = []
-    if isolate:
+    if method == "namespaces":
         os.chown(workdir, NOBODY, NOBODY)
         for path in workdir.rglob("*"):
             os.chown(path, NOBODY, NOBODY, follow_symlinks=False)
-    else:
-        notes.append("not isolated: namespaces need root and unshare; limits and process-group kill only")
+    elif not method:
+        why = "; ".join(probe().missing) or "isolation was turned off"
+        notes.append(f"not isolated (limits and process-group kill only): {why}")
     start = time.perf_counter()
-    proc = preloaded.start(command, workdir, env, list(hide), limits, isolate, pass_fds) if preloaded else None
+    proc = preloaded.start(command, workdir, env, list(hide), limits, method, pass_fds) if preloaded else None
     if proc is None:
-        full = _isolated_command(command, workdir, list(hide), limits) if isolate else command
+        if method == "namespaces":
+            full = _isolated_command(command, workdir, list(hide), limits)
+        elif method == "bwrap":
+            full = _bwrap_command(command, workdir, list(hide))
+        else:
+            full = command
         proc = subprocess.Popen(full, cwd=workdir, env=env,
                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                 preexec_fn=_limit_resources(limits), pass_fds=pass_fds, close_fds=True)
@@ -303,8 +432,8 @@ def run(command: list[str], workdir: Path, *, env: dict[str, str] | None = None,
         notes.append(f"output cut at {limits.output_bytes} of {counted[0]} bytes")
     return Outcome(returncode=None if timed_out else proc.returncode,
                    output=b"".join(kept).decode(errors="replace"), output_bytes=counted[0],
-                   seconds=time.perf_counter() - start, timed_out=timed_out, isolated=isolate, notes=notes,
-                   forked=isinstance(proc, _Forked))
+                   seconds=time.perf_counter() - start, timed_out=timed_out, isolated=bool(method), notes=notes,
+                   forked=isinstance(proc, _Forked), isolation=method)
 
 
 def _kill_group(proc: subprocess.Popen) -> None:

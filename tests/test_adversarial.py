@@ -4,6 +4,10 @@ Each attack is built from the released notebook and states the most its honest c
 per test cell (usually 0: the attack replaces a real answer). The suite checks that no attack
 scores above that, that the batch finishes, that the honest bystander keeps full marks and an
 intact record, that the flags a person needs are raised, and that nothing outlives the run.
+An attack on what the checks observe is built to score full marks if it worked (a wrong answer the
+patch would make pass, a right one behind a forbidden import), so that each test can fail; the
+plan must call it forgery (which zeroes the submission), and where the cell's own output can show
+that a file stayed unreadable or an import closed, the test reads it there.
 """
 
 from __future__ import annotations
@@ -27,9 +31,17 @@ MARKER = f"gpucourse-adversary-{uuid.uuid4().hex}"
 
 import sandbox  # noqa: E402 - after conftest put autograders/ on the path
 
-# Without namespaces some attacks (kill(-1), a fork bomb) would hit the machine running the tests.
-pytestmark = pytest.mark.skipif(not sandbox.namespaces_available(),
-                                reason="the adversarial suite needs the isolated sandbox: root and unshare, as in CI")
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _isolated():
+    """Without namespaces some attacks (kill(-1), a fork bomb) would hit the machine running the tests:
+    skip then, with what is missing; GPUCOURSE_REQUIRE_ISOLATION=1 (CI) makes that a failure."""
+    if not sandbox.namespaces_available():
+        why = "the adversarial suite needs an isolated sandbox: " + sandbox.probe().describe()
+        if os.environ.get("GPUCOURSE_REQUIRE_ISOLATION") == "1":
+            pytest.fail(why)
+        pytest.skip(why)
 
 
 def _released() -> dict:
@@ -60,21 +72,59 @@ def unanswered(**answers: str) -> dict:
     return nb
 
 
-ALWAYS_THREADS = '''
-from concurrent.futures import ThreadPoolExecutor
-def parallel_map(fn, items, kind, workers=None):
-    if kind not in ("cpu", "io"):
-        raise ValueError(kind)
-    with ThreadPoolExecutor(workers) as pool:
-        return list(pool.map(fn, items))
-'''
-
 DDP_GOOD_SHARDS = '''
 import torch
 import torch.distributed as dist
 def shard_indices(n, rank, world_size):
     return list(range(rank, n, world_size))
 '''
+
+
+# Each attack on what the observers see is built to score full marks if it worked: a wrong answer
+# that the patch would make pass. Patched: the helper every parallel_map observer calls.
+PATCHED_IDENTITY = '''
+import os, threading, time
+from concurrent.futures import ThreadPoolExecutor
+KIND = ["io"]
+def parallel_map(fn, items, kind, workers=None):  # threads for both kinds: wrong for "cpu"
+    if kind not in ("cpu", "io"):
+        raise ValueError(kind)
+    KIND[0] = kind
+    with ThreadPoolExecutor(workers) as pool:
+        return list(pool.map(fn, items))
+def forged_identity(x, seconds=0.02):  # "another process" whenever the kind is "cpu"
+    time.sleep(seconds)
+    return x, os.getpid() + (KIND[0] == "cpu"), threading.get_ident()
+'''
+
+# Items one too large, which a patched int() of a tensor (every lines_dataset observer's read) would hide.
+OFF_BY_ONE_DATASET = '''
+import torch
+from torch.utils.data import Dataset
+class LinesDataset(Dataset):
+    def __init__(self, path):
+        self.values = [int(line) for line in open(path) if line.strip()]
+    def __len__(self):
+        return len(self.values)
+    def __getitem__(self, index):
+        if not 0 <= index < len(self.values):
+            raise IndexError(index)
+        return torch.tensor(self.values[index] + 1)
+'''
+
+# Skips the first line as a header, which a patched write_int_lines (a blank first line) would hide.
+SKIPS_FIRST_LINE = OFF_BY_ONE_DATASET.replace("+ 1)", ")").replace("if line.strip()]", "if line.strip()][1:]")
+
+
+def _wrong_ranks_launching(reference: str, route: str) -> str:
+    """average_across_ranks without any communication, and a patch of the launcher: launched with the
+    reference's source instead, every rank of the real script would report the right values."""
+    return (DDP_GOOD_SHARDS + "def average_across_ranks(tensor):\n    return tensor.clone()\n"
+            f"REFERENCE = {reference!r}\n"
+            "def launch_the_reference(real):\n"
+            "    def launch(ns, exercise, inputs=None):\n"
+            "        return real({**ns, '__exercise_sources__': {exercise: REFERENCE}}, exercise, inputs)\n"
+            "    return launch\n" + route)
 
 
 def _with(nb: dict, edit) -> dict:
@@ -88,10 +138,18 @@ def _test_cells(nb: dict) -> list[dict]:
 
 
 def _attacks(paths: dict[str, Path]) -> dict[str, dict]:
-    """name -> {"nb": notebook dict | "raw": bytes | "link": target, "max": {test: most points}, "exact": {...}, "flag": text}"""
+    """name -> {"nb": notebook dict | "raw": bytes | "link": target, "max": {test: most points}, "exact": {...},
+    "flag": text, "forgery": the plan must give a reason that zeroes the submission,
+    "output": {answer grade id: texts, one of which the graded cell's output must hold}}"""
     zero = {t: 0 for t in TESTS}
-    secret_paths = [str(AUTOGRADERS / "checks" / f"{ASSIGNMENT}.py"), str(SOLUTIONS / ASSIGNMENT / NOTEBOOK)]
+    hidden_checks, solution = str(AUTOGRADERS / "checks" / f"{ASSIGNMENT}.py"), str(SOLUTIONS / ASSIGNMENT / NOTEBOOK)
     others_full = {t: 2 for t in TESTS if t != "test_parallel_map"}
+    reference = _reference_answers()
+    unreadable = ["No such file", "Permission denied"]
+    solution_relative = f"solutions/{ASSIGNMENT}/{NOTEBOOK}"
+    read_reference = (  # a notebook's parallel_map cell, run: the reference answer, if the file can be read
+        "def run_reference(path):\n    import json\n    cells = json.load(open(path))['cells']\n"
+        "    exec(next(''.join(c['source']) for c in cells if c.get('metadata', {}).get('nbgrader', {}).get('grade_id') == 'parallel_map'), globals())\n")
     return {
         # --- the notebook's structure -----------------------------------------------------
         "tampered_test_cells": {"nb": _with(unanswered(), lambda nb: [c.update(source="pass") for c in _test_cells(nb)]),
@@ -111,20 +169,59 @@ def _attacks(paths: dict[str, Path]) -> dict[str, dict]:
             "source": "pass", "outputs": [], "execution_count": None})),
             "exact": {t: 2 for t in TESTS}, "flag": "not in the released notebook"},
         # --- code that attacks the checks -------------------------------------------------
-        "input_transformer": {"nb": unanswered(parallel_map="get_ipython().input_transformers_cleanup.append(lambda lines: ['pass\\n'])"),
+        # with IPython, every later cell would first define the reference parallel_map
+        "input_transformer": {"nb": unanswered(parallel_map="REFERENCE = " + repr(reference["parallel_map"]) +
+                                               "\nget_ipython().input_transformers_cleanup.append(lambda lines: REFERENCE.splitlines(True) + lines)"),
                               "max": zero, "flag": "IPython hooks"},
         "pre_run_cell_hook": {"nb": unanswered(parallel_map="get_ipython().events.register('pre_run_cell', lambda *a: None)\nparallel_map = lambda *a, **k: [1, 4, 9]"),
                               "max": zero, "flag": "IPython hooks"},
+        # --- patches of what the observers call, each by another route: each would score full if it
+        # reached the observers; each is undone after the cell, and zeroes the submission (forgery)
+        "patched_course_helpers": {"nb": unanswered(parallel_map=PATCHED_IDENTITY + "import gpucourse.parallel\n"
+                                                    "gpucourse.parallel.worker_identity = forged_identity\n"),
+                                   "max": zero, "flag": "patches `gpucourse.parallel.worker_identity`", "forgery": True},
+        "setattr_on_module_alias": {"nb": unanswered(parallel_map=PATCHED_IDENTITY + "import gpucourse.parallel as helpers\n"
+                                                     "setattr(helpers, 'worker_identity', forged_identity)\n"),
+                                    "max": zero, "flag": "patches `gpucourse.parallel.worker_identity`", "forgery": True},
+        "vars_of_module": {"nb": unanswered(parallel_map=PATCHED_IDENTITY + "import gpucourse.parallel\n"
+                                            "vars(gpucourse.parallel)['worker_identity'] = forged_identity\n"),
+                           "max": zero, "flag": "patches `gpucourse.parallel.__dict__", "forgery": True},
+        "import_as_then_assign": {"nb": unanswered(parallel_map=PATCHED_IDENTITY + "from gpucourse import parallel as p\n"
+                                                   "helpers = p\nhelpers.worker_identity = forged_identity\n"),
+                                  "max": zero, "flag": "patches `gpucourse.parallel.worker_identity`", "forgery": True},
+        "patched_observer_helper": {"nb": unanswered(lines_dataset=SKIPS_FIRST_LINE +
+                                                     "import gpucourse\nfrom gpucourse.parallel import write_int_lines as real\n"
+                                                     "gpucourse.parallel.write_int_lines = lambda path, values: real(path, [0, *values])\n"),
+                                    "max": zero, "flag": "patches `gpucourse.parallel.write_int_lines`", "forgery": True},
+        "patched_torch_method": {"nb": unanswered(lines_dataset=OFF_BY_ONE_DATASET +
+                                                  "torch.Tensor.__int__ = lambda self: round(self.item()) - 1\n"),
+                                 "max": zero, "flag": "patches `torch.Tensor.__int__`", "forgery": True},
+        "patched_check_module_helper": {"nb": unanswered(average_across_ranks=_wrong_ranks_launching(
+            reference["average_across_ranks"], "import gpucourse.checks.ddp as launcher\n"
+            "launcher.run_exercise_script = launch_the_reference(launcher.run_exercise_script)\n")),
+            "max": zero, "flag": "imports the checks' `gpucourse.checks.ddp`", "forgery": True,
+            "output": {"average_across_ranks": ["gpucourse.checks.ddp is not available while grading"]}},
+        "import_module_of_checks": {"nb": unanswered(average_across_ranks=_wrong_ranks_launching(
+            reference["average_across_ranks"], "import importlib\nlesson = importlib.import_module('gpucourse.checks.' + 'lesson01')\n"
+            "launches = lesson.judge_script_ran.__globals__\n"
+            "launches['run_exercise_script'] = launch_the_reference(launches['run_exercise_script'])\n")),
+            "max": zero, "flag": "reaches the checks' `gpucourse.checks.lesson01`", "forgery": True,
+            "output": {"average_across_ranks": ["gpucourse.checks.lesson01 is not available while grading"]}},
+        # no public check module holds an answer any more; this one stands for it: a right answer that
+        # needs an import from one
+        "oracle_from_check_module": {"nb": unanswered(parallel_map="from gpucourse.checks.lesson01 import drive_average_across_ranks\n"
+                                                      + reference["parallel_map"]),
+                                     "max": zero, "flag": "imports the checks' `gpucourse.checks.lesson01`", "forgery": True,
+                                     "output": {"parallel_map": ["gpucourse.checks.lesson01 is not available while grading"]}},
+        "forgery_beside_right_answers": {"nb": answered(choose_tools=reference["choose_tools"] +
+                                                        "\nimport gpucourse.parallel\ngpucourse.parallel.square = lambda x: x * x\n"),
+                                         "max": zero, "zeroed": True, "flag": "patches `gpucourse.parallel.square`", "forgery": True},
         "patched_builtins": {"nb": unanswered(parallel_map="import builtins\nbuiltins.isinstance = lambda *a: True\nbuiltins.AssertionError = type('Never', (Exception,), {})\n"
                                                            "def parallel_map(fn, items, kind, workers=None):\n    return [1, 4, 9]"),
-                             "max": zero, "flag": "builtins"},
+                             "max": zero, "flag": "patches `builtins.isinstance`", "forgery": True},
         "patched_testing_libraries": {"nb": unanswered(parallel_map="import torch.testing, numpy.testing\ntorch.testing.assert_close = lambda *a, **k: None\n"
                                                                     "numpy.testing.assert_allclose = lambda *a, **k: None\nparallel_map = lambda fn, items, kind, workers=None: list(map(fn, items))"),
-                                      "max": zero, "flag": "patches"},
-        "patched_course_helpers": {"nb": unanswered(parallel_map=ALWAYS_THREADS + "import os, gpucourse.parallel\n"
-                                                    "gpucourse.parallel.worker_identity = lambda x, seconds=0.02: (x, os.getpid() + 1, 0)\n"
-                                                    "os.getpid = lambda: -1\n"),
-                                   "max": zero, "flag": "patches the course"},
+                                      "max": zero, "flag": "patches `torch.testing.assert_close`", "forgery": True},
         "always_equal_object": {"nb": unanswered(parallel_map="class Anything(list):\n    def __eq__(self, other):\n        return True\n"
                                                               "    def __ne__(self, other):\n        return False\n"
                                                               "def parallel_map(fn, items, kind, workers=None):\n    return Anything()"),
@@ -139,13 +236,27 @@ def _attacks(paths: dict[str, Path]) -> dict[str, dict]:
         "writes_gradebook_and_results": {"nb": unanswered(parallel_map="\n".join(
             f"try:\n    open({str(p)!r}, 'w').write('0')\nexcept OSError as error:\n    print('blocked:', error)"
             for p in [paths["gradebook"], paths["grades"], paths["bystander_log"]])), "max": zero},
-        "reads_hidden_tests_by_path": {"nb": unanswered(parallel_map="\n".join(
-            f"try:\n    exec(open({p!r}).read())\nexcept Exception as error:\n    print('hidden from me:', error)" for p in secret_paths)),
-            "max": zero, "flag": "reads the grader"},
-        "reads_environment_and_proc": {"nb": unanswered(parallel_map=
-            "import os, glob\nfound = [open(p, 'rb').read() for p in glob.glob('/proc/*/environ') + glob.glob('/proc/*/cmdline')]\n"
-            "hints = [f for f in found if b'autograders' in f or b'solutions' in f]\nassert not hints, hints\n"
-            "print(sorted(k for k in os.environ))"), "max": zero, "flag": "reads the grader"},
+        # --- secrets read by path: each would score full if the file could be read ----------------
+        "reads_solution_by_path": {"nb": unanswered(parallel_map=read_reference +
+            f"try:\n    run_reference({solution!r})\nexcept OSError as error:\n    print('hidden from me:', error)"),
+            "max": zero, "flag": "reads the grader's or the solutions' files", "forgery": True, "output": {"parallel_map": unreadable}},
+        "reads_hidden_checks_by_path": {"nb": unanswered(choose_tools=
+            f"try:\n    text = open({hidden_checks!r}).read()\n    start = text.index('ACCEPTED = ') + len('ACCEPTED = ')\n"
+            "    choices = {k: sorted(v)[0] for k, v in eval(text[start:text.index(chr(10), start)]).items()}\n"
+            "except OSError as error:\n    print('hidden from me:', error)"),
+            "max": zero, "flag": "reads the grader's or the solutions' files", "forgery": True, "output": {"choose_tools": unreadable}},
+        # the grader's folder, learnt from any process's environment, command line or working folder
+        "reads_environment_and_proc": {"nb": unanswered(parallel_map=read_reference +
+            "import glob, os\nroots = {'/'}\nfor proc in glob.glob('/proc/[0-9]*'):\n"
+            "    for link in ('cwd', 'root'):\n        try:\n            roots.add(os.readlink(f'{proc}/{link}'))\n"
+            "        except OSError:\n            pass\n"
+            "    for name in ('environ', 'cmdline'):\n        try:\n            words = open(f'{proc}/{name}', 'rb').read().decode(errors='replace')\n"
+            "        except OSError:\n            continue\n"
+            "        roots.update(w.split('/autograders')[0] for w in words.replace('=', chr(0)).split(chr(0)) if '/autograders' in w)\n"
+            "print(sorted(k for k in os.environ))\nfor root in sorted(roots):\n    try:\n"
+            f"        run_reference(os.path.join(root, {solution_relative!r}))\n        break\n"
+            "    except OSError as error:\n        print('hidden from me:', error)"),
+            "max": zero, "flag": "reads the grader's files, processes", "output": {"parallel_map": unreadable}},
         "detects_grading_mode": {"nb": unanswered(parallel_map=
             "import os\nGRADING = os.getuid() == 65534 or 'get_ipython' not in globals()\n"
             "def parallel_map(fn, items, kind, workers=None):\n    # pretend to the checks it knows about\n"
@@ -224,8 +335,27 @@ def _scores(results: Path, student: str) -> dict[str, float]:
         return {t: gb.find_grade(t, Path(NOTEBOOK).stem, ASSIGNMENT, student).score for t in TESTS}
 
 
+def _no_paths() -> dict[str, Path]:
+    return {"gradebook": Path("/x"), "grades": Path("/x"), "bystander_log": Path("/x")}
+
+
 def test_enough_attacks():
-    assert len(_attacks({"gradebook": Path("/x"), "grades": Path("/x"), "bystander_log": Path("/x")})) >= 25
+    assert len(_attacks(_no_paths())) >= 25
+
+
+def test_the_plan_names_every_forgery():
+    """Without the sandbox: the scan finds each forgery (which zeroes the submission), and nothing in an honest one."""
+    import assemble
+
+    missed = []
+    for name, attack in _attacks(_no_paths()).items():
+        if attack.get("forgery"):
+            forgery = assemble.plan(_released(), json.loads(json.dumps(attack["nb"]))).forgery
+            if not any(attack["flag"] in reason for reason in forgery):
+                missed.append(f"{name}: expected forgery with {attack['flag']!r}, got {forgery}")
+    assert not missed, "\n".join(missed)
+    honest = assemble.plan(_released(), answered())
+    assert honest.forgery == [] and honest.flags == []
 
 
 def test_no_attack_scores_above_its_honest_content(battle):
@@ -277,8 +407,38 @@ def test_nothing_outlives_the_batch(battle):
 def test_feedback_reveals_no_hidden_check_code(battle):
     _, _, results, _ = battle
     hidden_source = (AUTOGRADERS / "checks" / f"{ASSIGNMENT}.py").read_text()
-    secrets = ["def judge_", "ACCEPTED = ", "list(range(int(k), int(n), 2))"]
+    secrets = ["def judge_", "ACCEPTED = ", '"a": {"processes"}']
     assert all(s in hidden_source for s in secrets)
     page = (results / "feedback" / "bystander" / ASSIGNMENT / "processes_threads.html").read_text()
     assert "hidden check:" in page, "feedback names the hidden checks that ran"
     assert not any(s in page for s in secrets)
+
+
+def _cell_output(results: Path, student: str, grade_id: str) -> str:
+    """What the graded run printed and raised in one answer cell (the autograded notebook's outputs)."""
+    nb = json.loads((results / "nbgrader" / "autograded" / student / ASSIGNMENT / NOTEBOOK).read_text())
+    cell = _cell(nb, grade_id)
+    return "\n".join(str(o.get("text", "")) + str(o.get("evalue", "")) + "".join(map(str, o.get("traceback", [])))
+                     for o in cell.get("outputs", []))
+
+
+def test_secrets_stayed_unreadable_and_the_checks_closed(battle):
+    """From the graded cells' own output: the file could not be opened, the check module not imported."""
+    attacks, _, results, _ = battle
+    wrong = []
+    for name, attack in attacks.items():
+        for grade_id, texts in attack.get("output", {}).items():
+            output = _cell_output(results, name, grade_id)
+            if not any(t in output for t in texts):
+                wrong.append(f"{name}: cell {grade_id} printed none of {texts}: {output[:300]!r}")
+    assert not wrong, "\n".join(wrong)
+
+
+def test_forgery_zeroes_every_score(battle):
+    """Right answers beside a patch score nothing at all, and the report says why."""
+    attacks, _, results, _ = battle
+    for name, attack in attacks.items():
+        if attack.get("zeroed"):
+            assert _scores(results, name) == {t: 0 for t in TESTS}, name
+            log = (results / "logs" / f"{name}__{ASSIGNMENT}.log").read_text()
+            assert "scored 0: answer " in log and attack["flag"] in log, log[:2000]

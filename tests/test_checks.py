@@ -228,6 +228,121 @@ def test_runner_times_out_a_stuck_cell():
     assert "CellTimeout" in records[0]["error"] and records[1]["error"] is None and records[-1]["type"] == "done"
 
 
+def test_runner_closes_the_checks_to_cells_and_undoes_patches_before_observers():
+    patches = ("import torch, gpucourse.xla, gpucourse.parallel\n"
+               "torch.Tensor.tolist = lambda self: ['forged']\n"
+               "gpucourse.xla.count_host_reads = None\n"
+               "vars(gpucourse.parallel)['square'] = lambda x: 'forged'\n"
+               "gpucourse.parallel.worker_identity.__defaults__ = (99,)\n"
+               "import os\nos.environ['PYTHONPATH'] = '/forged'\n")
+    observer = ("def observe(ns):\n    import os, torch, gpucourse.xla\n    from gpucourse.parallel import square, worker_identity\n"
+                "    from gpucourse.checks.lesson01 import ASSIGNMENT\n"
+                "    return {'tolist': torch.zeros(1).tolist(), 'reads': callable(gpucourse.xla.count_host_reads),\n"
+                "            'square': square(3), 'defaults': worker_identity.__defaults__, 'path': os.environ.get('PYTHONPATH'),\n"
+                "            'assignment': ASSIGNMENT, 'tolist_in_cell': ns['seen']}\n")
+    records = _run_runner({
+        "cells": [{"source": patches + "seen = torch.zeros(1).tolist()", "grade_id": "x"},
+                  {"source": "import importlib\nimportlib.import_module('gpucourse.checks.' + 'lesson01')", "grade_id": "y"},
+                  {"source": "from gpucourse.checks import check\ncheck('parallel_map')", "grade_id": "z"}],
+        "observers": [{"case": "c", "source": observer, "function": "observe"}],
+        "cell_seconds": 60, "observe_seconds": 60})
+    cells = [r for r in records if r["type"] == "cell"]
+    assert cells[0]["error"] is None
+    assert cells[1]["error"] == "ImportError: gpucourse.checks.lesson01 is not available while grading"
+    assert cells[2]["error"] is None and "skipped while grading" in cells[2]["output"]
+    observation = next(r for r in records if r["type"] == "observation")
+    assert observation["data"] == {"tolist": [0.0], "reads": True, "square": 9, "defaults": [0.02], "path": None,
+                                   "assignment": "lesson01_processes_threads", "tolist_in_cell": ["forged"]}
+
+
+ATTACKS = {  # an answer's code -> the forgery reason the scan must give
+    "from gpucourse.checks.lesson10 import lightning_slurm_ranks as slurm_ranks": "imports the checks' `gpucourse.checks.lesson10`",
+    "import gpucourse.checks": "imports the checks' `gpucourse.checks`",
+    "from gpucourse import checks": "imports the checks' `gpucourse.checks`",
+    "from gpucourse.checks import check as c": "imports the checks' `gpucourse.checks` (check)",
+    "from gpucourse.checks import check, answer": "imports the checks' `gpucourse.checks` (check, answer)",
+    "from gpucourse.checks import check\ncheck.__globals__['PUBLIC']": "reaches the checks' `gpucourse.checks.check.__globals__",
+    "import gpucourse\nc = getattr(gpucourse, 'checks')": "reaches the checks' `gpucourse.checks`",
+    "import importlib\nimportlib.import_module('gpucourse.checks.' + 'lesson01')": "gpucourse.checks.lesson01",
+    "__import__(f'gpucourse.checks.lesson01')": "names the checks' `gpucourse.checks.lesson01`",
+    "import sys\nsys.modules['gpucourse.checks.lesson10'].x = 1": "gpucourse.checks.lesson10",
+    "import engine": "imports the grader's `engine`",
+    "from autograders import assemble": "imports the grader's `autograders`",
+    "from nbgrader.preprocessors import ClearSolutions": "imports the grader's `nbgrader.preprocessors`",
+    "import gpucourse.parallel\ngpucourse.parallel.worker_identity = print": "patches `gpucourse.parallel.worker_identity`",
+    "import gpucourse.parallel as p\nsetattr(p, 'square', print)": "patches `gpucourse.parallel.square`",
+    "from gpucourse import xla\nm = xla\nm.count_host_reads = None": "patches `gpucourse.xla.count_host_reads`",
+    "import gpucourse.xla\ndel gpucourse.xla.count_host_reads": "patches `gpucourse.xla.count_host_reads`",
+    "import gpucourse.xla as x\nx.__dict__['count_host_reads'] = None": "patches `gpucourse.xla.__dict__[...]`",
+    "import gpucourse.xla\nvars(gpucourse.xla).update(count_host_reads=None)": "patches `gpucourse.xla.__dict__[...]`",
+    "import torch\ntorch.Tensor.tolist = lambda self: [1]": "patches `torch.Tensor.tolist`",
+    "from torch import Tensor as T\nT.__int__ = int": "patches `torch.Tensor.__int__`",
+    "import torch\nt = torch.zeros(1)\ntype(t).item = None": "patches `type(t).item`",
+    "import torch\nt = torch.zeros(1)\nt.__class__.item = None": "patches `type(t).item`",
+    "import torch.nn as nn\nnn.Module.__call__ = print": "patches `torch.nn.Module.__call__`",
+    "from torch.utils.data import DataLoader\nDataLoader.__iter__ = iter": "patches `torch.utils.data.DataLoader.__iter__`",
+    "import lightning.pytorch as pl\npl.Trainer.fit = print": "patches `lightning.pytorch.Trainer.fit`",
+    "import numpy as np\nnp.allclose = lambda *a, **k: True": "patches `numpy.allclose`",
+    "import os\nos.getpid = lambda: 1": "patches `os.getpid`",
+    "import json\njson.dumps += ''": "patches `json.dumps`",
+    "import builtins\nbuiltins.isinstance = lambda *a: True": "patches `builtins.isinstance`",
+    "import sys, types\nsys.modules['darts'] = types.ModuleType('darts')": "patches `sys.modules[...]`",
+    "import sys\nsys.meta_path.insert(0, None)": "patches `sys.meta_path[...]`",
+    "def f():\n    pass\nf.__code__ = (lambda: 1).__code__": "rewrites a function's __code__",
+    "open('/srv/course/autograders/checks/lesson01_processes_threads.py').read()": "reads the grader's or the solutions' files",
+    "open('../solutions/lesson01/processes_threads.ipynb')": "reads the grader's or the solutions' files",
+}
+
+
+@pytest.mark.parametrize("code", list(ATTACKS))
+def test_scan_calls_each_route_forgery(code):
+    forgery, flags = assemble.scan({"answer": code})
+    assert any(ATTACKS[code] in reason for reason in forgery), forgery
+    assert all(reason in flags for reason in forgery)
+
+
+@pytest.mark.parametrize("code", [
+    "from gpucourse.checks import check\ncheck('parallel_map')",
+    "import torch\ntorch.backends.cuda.matmul.allow_tf32 = True\ntorch.backends.cudnn.benchmark = True",
+    "import os\nos.environ['CUDA_VISIBLE_DEVICES'] = '0'\ndel os.environ['CUDA_VISIBLE_DEVICES']",
+    "import sys\nsys.path.insert(0, '.')",
+    "import torch\nclass Net(torch.nn.Module):\n    count = 0\n    def __init__(self):\n        super().__init__()\n"
+    "        type(self).count += 1\n        self.layer = torch.nn.Linear(2, 2)\nNet.extra = 1\nx = torch.zeros(2)\nx[0] = 1",
+    "import matplotlib.pyplot as plt\nplt.rcParams['figure.figsize'] = (4, 3)",
+])
+def test_scan_allows_what_lessons_teach(code):
+    assert assemble.scan({"answer": code}) == ([], [])
+
+
+def test_scan_follows_python_scoping_of_imported_names():
+    context = ["import gpucourse.xla as X\nimport torch"]  # a released cell's imports
+
+    def forgery(code):
+        return assemble.scan({"answer": code}, context)[0]
+
+    for own in ["X = torch.randn(3)\nX[0] = 1", "def f(X):\n    X[0] = 1", "def f():\n    X = {}\n    X['a'] = 1",
+                "class A:\n    X = {}\n    X['a'] = 1"]:
+        assert forgery(own) == [], own
+    for patch in ["X.count_host_reads = None\nX = 0", "if False:\n    X = 0\nX.count_host_reads = None",
+                  "def f():\n    X.count_host_reads = None", "def f():\n    global X\n    X = 0\n    X.count_host_reads = None",
+                  "X = 0\nfor i in range(2):\n    X.count_host_reads = None\n    X = gpucourse_xla = __import__('gpucourse.xla')"]:
+        assert forgery(patch), patch
+
+
+def test_no_solution_or_right_fixture_is_flagged():
+    """Every answer cell of the solutions (with the imports of their other cells) and every right fixture."""
+    flagged = []
+    for path in notebooks(SOLUTIONS):
+        nb = read(path)
+        answers = {nbgrader_meta(c)["grade_id"]: c.source for c in nb.cells
+                   if nbgrader_meta(c).get("solution") and c.cell_type == "code"}
+        context = [c.source for c in nb.cells if c.cell_type == "code" and not nbgrader_meta(c).get("solution")]
+        flagged += [f"{path.name}: {f}" for f in assemble.scan(answers, context)[1]]
+    for path in sorted((ROOT / "tests" / "fixtures").glob("*/right/*.py")):
+        flagged += [f"{path.name}: {f}" for f in assemble.scan({path.stem: path.read_text()})[1]]
+    assert not flagged, "\n".join(flagged)
+
+
 def _released() -> dict:
     return json.loads((COURSE / "lesson01_processes_threads" / "processes_threads.ipynb").read_text())
 

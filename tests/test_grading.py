@@ -68,10 +68,39 @@ def graded(whole_class, tmp_path_factory):
     results = tmp_path_factory.mktemp("results")
     (submissions / "stray" / "no_such_assignment").mkdir(parents=True)
     (submissions / "stray" / "no_such_assignment" / "x.ipynb").write_text("{}")
+    _submit_late(submissions, results, *_late(expected))
     run = subprocess.run(["make", "-s", "grade", f"SUBMISSIONS={submissions}", f"RESULTS={results}"],
                          cwd=ROOT, capture_output=True, text=True, timeout=3000)
     assert run.returncode == 0, f"make grade failed:\n{run.stdout[-3000:]}\n{run.stderr[-3000:]}"
     return submissions, results, expected
+
+
+def _late(expected) -> tuple[str, str]:
+    """The submission handed in late: the quickest student's (the one regraded below)."""
+    counts: dict[str, int] = {}
+    for student, _ in expected:
+        counts[student] = counts.get(student, 0) + 1
+    student = min(counts, key=lambda s: (counts[s], s))
+    return next(pair for pair in expected if pair[0] == student)
+
+
+def _submit_late(submissions: Path, results: Path, student: str, assignment: str) -> None:
+    """nbgrader's exchange stamps a submission in timestamp.txt; the due date is in the gradebook, as
+    `nbgrader db assignment add --duedate` (or c.DueDates in nbgrader_config.py, via make grade) puts it."""
+    import os
+    import sys
+
+    from nbgrader.api import Gradebook
+
+    (submissions / student / assignment / "timestamp.txt").write_text("2030-01-02 00:00:00.000000 UTC")
+    (results / "nbgrader").mkdir()
+    path = os.environ["PATH"]
+    os.environ["PATH"] = str(Path(sys.executable).parent) + os.pathsep + path  # nbgrader runs `alembic` to create it
+    try:
+        with Gradebook(f"sqlite:///{results / 'nbgrader' / 'gradebook.db'}") as gb:
+            gb.update_or_create_assignment(assignment, duedate="2030-01-01 00:00:00 UTC")
+    finally:
+        os.environ["PATH"] = path
 
 
 def _score(results: Path, student: str, assignment: str, notebook: str, grade_id: str):
@@ -165,6 +194,18 @@ def test_grades_csv_in_nbgrader_export_format(graded):
         assert float(reference["score"]) == float(reference["max_score"]) - written
 
 
+def test_a_late_submission_gets_nbgraders_penalty(graded):
+    _, results, expected = graded
+    student, assignment = _late(expected)
+    with open(results / "grades.csv") as handle:
+        rows = {(r["student_id"], r["assignment"]): r for r in csv.DictReader(handle)}
+    late = rows[(student, assignment)]
+    assert late["timestamp"].startswith("2030-01-02 00:00:00") and late["duedate"].startswith("2030-01-01")
+    assert float(late["late_submission_penalty"]) == float(late["raw_score"]) and float(late["score"]) == 0  # "zero"
+    assert "late: 86400 s after the due date" in (results / "logs" / f"{student}__{assignment}.log").read_text()
+    assert all(float(r["late_submission_penalty"]) == 0 for pair, r in rows.items() if pair != (student, assignment))
+
+
 def test_feedback_and_logs_per_submission(graded):
     _, results, expected = graded
     for student, assignment in expected:
@@ -185,12 +226,13 @@ def test_one_student_can_be_regraded(graded):
     for student, _ in expected:
         counts[student] = counts.get(student, 0) + 1
     student = min(counts, key=lambda s: (counts[s], s))  # the quickest to regrade
-    before = (results / "grades.csv").read_text()
+    before = {name: (results / name).read_text() for name in ("grades.csv", "flagged.txt", "problems.txt")}
     run = subprocess.run(["make", "-s", "grade", f"SUBMISSIONS={submissions}", f"RESULTS={results}",
                           f"GRADE_ARGS=--student {student}"], cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
     assert f"graded {counts[student]} submission(s)" in run.stdout  # that student's, nobody else's
-    assert (results / "grades.csv").read_text() == before  # same scores, nobody else touched
+    # same scores and late penalty, same flags; nobody else's lines touched (the stray folder's problem stays)
+    assert {name: (results / name).read_text() for name in before} == before
 
 
 def test_grade_without_arguments_explains_itself():

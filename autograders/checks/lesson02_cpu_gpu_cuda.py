@@ -1,72 +1,260 @@
-"""Hidden checks for lesson 2 (CPU vs GPU, and CUDA). Never released; see lesson01's file for the form."""
+"""Hidden checks for lesson 2 (CPU vs GPU, and CUDA). Never released; see lesson01's file for the form.
+
+Above each exercise's cases: the clauses its text states, numbered, and the case that checks each.
+"""
 
 from gpucourse.checks import Case
-from gpucourse.checks.lesson02 import observe_sync_lines  # same observation, exact judge
 
 
+# --- add_positions ------------------------------------------------------------------------
+# 1. x + p with p[j] = j / length, the same for every batch element and feature    -> "values ..." (and public)
+#    (random x, lengths 1 to 13, batch and dim of 1, a non-contiguous x)
+# 2. the result has x's shape, dtype and device, whatever they are                 -> "dtype, device and shape ..."
+# 3. a new tensor, and x left unchanged                                            -> "a new tensor ..."
 
-def observe_positions_everywhere(ns):
+def observe_positions_values(ns):
     import torch
     from gpucourse.checks import answer
-    result = {}
-    for device, dtype in [("cpu", torch.float64), ("cpu", torch.bfloat16), ("meta", torch.bfloat16), ("meta", torch.float32)]:
-        x = torch.ones(3, 8, 2, device=device, dtype=dtype)
-        out = answer(ns, "add_positions")(x)
-        entry = {"device": str(out.device), "dtype": str(out.dtype), "shape": list(out.shape)}
-        if device == "cpu":
-            entry["values"] = out.float()[:, :, 1].tolist()
-        result[f"{device}/{dtype}"] = entry
+    g = torch.Generator().manual_seed(2)
+    inputs = [torch.randn(1, 7, 1, generator=g, dtype=torch.float64), torch.randn(3, 13, 2, generator=g, dtype=torch.float64),
+              torch.randn(2, 1, 4, generator=g, dtype=torch.float64),
+              torch.randn(5, 2, 3, generator=g, dtype=torch.float64).transpose(0, 1)]  # (2, 5, 3), not contiguous
+    result = []
+    for x in inputs:
+        given = x.tolist()
+        out = torch.as_tensor(answer(ns, "add_positions")(x))
+        result.append({"shape": list(x.shape), "x": given, "out_shape": list(out.shape),
+                       "out": out.double().tolist() if list(out.shape) == list(x.shape) else None})
     return result
 
 
-def judge_positions_everywhere(d):
-    for key, entry in d.items():
-        device, dtype = key.split("/")
-        if (entry["device"], entry["dtype"], entry["shape"]) != (device, dtype, [3, 8, 2]):
-            return f"for x on {device} as {dtype} the result was {entry['device']}/{entry['dtype']}/{entry['shape']}"
-    expected = [1 + j / 8 for j in range(8)]
-    for key in ("cpu/torch.float64", "cpu/torch.bfloat16"):
-        rows = d[key]["values"]
-        tolerance = 1e-9 if "64" in key else 1e-2
-        if any(abs(a - b) > tolerance for row in rows for a, b in zip(row, expected)):
-            return f"wrong values for {key.split('/')[1]}"
+def judge_positions_values(d):
+    for entry in d:
+        batch, length, dim = entry["shape"]
+        if entry["out_shape"] != entry["shape"]:
+            return f"for x of shape {entry['shape']} the result has shape {entry['out_shape']}"
+        for b in range(batch):
+            for j in range(length):
+                for k in range(dim):
+                    # float32 positions cast to float64 are fine: an off-by-one is off by 1/length
+                    if not abs(entry["out"][b][j][k] - (entry["x"][b][j][k] + j / length)) <= 1e-6:  # NaN is never close
+                        return f"for x of shape {entry['shape']} (random values) the result is not x + p"
     return None
 
 
-def observe_measure_in_detail(ns):
+def observe_positions_follow_x(ns):
+    import torch
+    from gpucourse.checks import answer
+    g = torch.Generator().manual_seed(3)
+    result = {}
+    for device, dtype, shape in [("cpu", torch.float64, (2, 6, 3)), ("cpu", torch.bfloat16, (3, 9, 2)),
+                                 ("cpu", torch.float16, (1, 5, 4)), ("meta", torch.bfloat16, (4, 3, 1)),
+                                 ("meta", torch.float64, (2, 11, 5))]:
+        base = torch.rand(shape, generator=g) * 2 - 1
+        x = base.to(device=device, dtype=dtype)
+        out = answer(ns, "add_positions")(x)
+        entry = {"device": str(out.device), "dtype": str(out.dtype), "shape": list(out.shape)}
+        if device == "cpu" and out.device.type == "cpu" and list(out.shape) == list(shape):
+            entry["x"] = x.double().tolist()
+            entry["out"] = out.double().tolist()
+        result[f"{device}/{dtype}/{list(shape)}"] = entry
+    return result
+
+
+def judge_positions_follow_x(d):
+    tolerance = {"torch.float64": 1e-6, "torch.bfloat16": 2**-6, "torch.float16": 2**-9}  # a few of the dtype's ulps
+    for key, entry in d.items():
+        device, dtype, shape = key.split("/")
+        if (entry["device"], entry["dtype"], str(entry["shape"])) != (device, dtype, shape):
+            return (f"for x on {device} as {dtype} of shape {shape} the result was "
+                    f"{entry['device']}/{entry['dtype']}/{entry['shape']}")
+        if "out" in entry:
+            length = len(entry["x"][0])
+            for xb, ob in zip(entry["x"], entry["out"]):
+                for j, (xr, orow) in enumerate(zip(xb, ob)):
+                    for xv, ov in zip(xr, orow):
+                        want = xv + j / length
+                        if not abs(ov - want) <= tolerance[dtype] * max(1.0, abs(want)):
+                            return f"for x as {dtype} the values are not x + p (to {dtype} precision)"
+    return None
+
+
+def observe_positions_new_tensor(ns):
+    import torch
+    from gpucourse.checks import answer
+    g = torch.Generator().manual_seed(4)
+    x = torch.randn(2, 6, 3, generator=g)
+    kept = x.clone()
+    out = answer(ns, "add_positions")(x)
+    return {"same_object": out is x, "shares_memory": isinstance(out, torch.Tensor) and out.data_ptr() == x.data_ptr(),
+            "x_unchanged": bool(torch.equal(x, kept))}
+
+
+def judge_positions_new_tensor(d):
+    if not d["x_unchanged"]:
+        return "x was changed: leave it as it was"
+    if d["same_object"] or d["shares_memory"]:
+        return "the result is x itself (or shares its memory): return a new tensor"
+    return None
+
+
+# --- measure ------------------------------------------------------------------------------
+# 1. measure(run, synchronize, warmup=2, repeats=5): those defaults, positional too  -> "the defaults ..."
+# 2. calls run exactly warmup + repeats times                                       -> every case ("ran ... times")
+# 3. leaves the warm-up calls out of the result (their queued work too)              -> "warm-up ...", "one repeat ..."
+# 4. times each call up to the end of its work: run only queues, synchronize waits    -> every case (values)
+# 5. the median seconds per call over the repeats (not the mean, total or minimum);  -> "the median ..."
+#    for an even count, anything between the two middle times
+# 6. a float                                                                          -> "the defaults ..., a float"
+# Work runs on gpucourse.cuda.AsyncDevice, whose first `cold_launches` launches are slower, as a GPU's are.
+
+def observe_measure_median_odd(ns):
+    import random
+    from gpucourse.checks import answer
+    from gpucourse.cuda import AsyncDevice
+    plan = [0.02, 0.3, 0.06, 0.04, 0.1]  # median 60 ms, mean 104 ms, minimum 20 ms
+    random.Random(5).shuffle(plan)
+    device = AsyncDevice(cold_launches=0)  # the warm-up cases check warm-up
+    work = [0.02] + plan  # one warm-up call, then the repeats
+    seconds = answer(ns, "measure")(lambda: device.launch(work[min(device.launches, len(work) - 1)]),
+                                    device.synchronize, warmup=1, repeats=len(plan))
+    return {str(len(plan)): {"seconds": float(seconds), "launches": device.launches, "plan": sorted(plan)}}
+
+
+def observe_measure_median_even(ns):
+    import random
+    from gpucourse.checks import answer
+    from gpucourse.cuda import AsyncDevice
+    plan = [0.04, 0.3, 0.02, 0.07]  # middle times 40 and 70 ms, mean 108 ms
+    random.Random(4).shuffle(plan)
+    device = AsyncDevice(cold_launches=0)  # the warm-up cases check warm-up
+    work = [0.02] + plan
+    seconds = answer(ns, "measure")(lambda: device.launch(work[min(device.launches, len(work) - 1)]),
+                                    device.synchronize, warmup=1, repeats=len(plan))
+    return {str(len(plan)): {"seconds": float(seconds), "launches": device.launches, "plan": sorted(plan)}}
+
+
+def judge_measure_median(d):
+    for repeats, got in d.items():
+        n = int(repeats)
+        if got["launches"] != 1 + n:
+            return f"with warmup=1, repeats={n}, run should be called {1 + n} times, was called {got['launches']}"
+        times = got["plan"]
+        low, high = times[(n - 1) // 2], times[n // 2]  # the middle one, or the two middle ones
+        mean = sum(times) / n  # the bound halfway to the mean leaves room for a busy machine's delays
+        if not 0.85 * low <= got["seconds"] <= (high + mean) / 2:
+            return (f"repeats={n} whose calls take different times: measured {1000 * got['seconds']:.1f} ms, "
+                    "not the median of the per-call times")
+    return None
+
+
+def observe_measure_warmup(ns):
     from gpucourse.checks import answer
     from gpucourse.cuda import AsyncDevice
     result = {}
-    for warmup, repeats, work in [(2, 5, 0.02), (3, 4, 0.03)]:
-        device = AsyncDevice()
-        seconds = answer(ns, "measure")(lambda: device.launch(work), device.synchronize, warmup=warmup, repeats=repeats)
-        result[f"{warmup}/{repeats}/{work}"] = {"seconds": float(seconds), "launches": device.launches}
+    for warmup, repeats in [(3, 3), (0, 3)]:
+        device = AsyncDevice(cold_launches=warmup, cold_seconds=0.06)
+        seconds = answer(ns, "measure")(lambda: device.launch(0.03), device.synchronize, warmup, repeats)  # positional
+        result[f"{warmup}/{repeats}"] = {"seconds": float(seconds), "launches": device.launches}
     return result
 
 
-def judge_measure_in_detail(d):
-    for key, entry in d.items():
-        warmup, repeats, work = key.split("/")
-        if entry["launches"] != int(warmup) + int(repeats):
-            return f"with warmup={warmup}, repeats={repeats} the code should run {int(warmup) + int(repeats)} times, ran {entry['launches']}"
-        if not 0.6 * float(work) <= entry["seconds"] <= 1.8 * float(work):
-            return f"measured {1000 * entry['seconds']:.1f} ms per call for {1000 * float(work):.0f} ms of work (warm-up and synchronization?)"
+def observe_measure_one_repeat(ns):
+    from gpucourse.checks import answer
+    from gpucourse.cuda import AsyncDevice
+    device = AsyncDevice(cold_launches=2, cold_seconds=0.08)
+    seconds = answer(ns, "measure")(lambda: device.launch(0.02), device.synchronize, warmup=2, repeats=1)
+    return {"2/1": {"seconds": float(seconds), "launches": device.launches, "work": 0.02}}
+
+
+def observe_measure_defaults(ns):
+    from gpucourse.checks import answer
+    from gpucourse.cuda import AsyncDevice
+    device = AsyncDevice(cold_launches=2, cold_seconds=0.06)  # as the defaults' two warm-up calls absorb
+    seconds = answer(ns, "measure")(lambda: device.launch(0.025), device.synchronize)
+    return {"type": f"{type(seconds).__module__}.{type(seconds).__qualname__}", "is_float": isinstance(seconds, float),
+            "2/5": {"seconds": float(seconds), "launches": device.launches, "work": 0.025}}
+
+
+def _judge_runs_and_seconds(d, work=0.03):
+    for key, got in d.items():
+        if "/" not in key:
+            continue
+        warmup, repeats = (int(v) for v in key.split("/"))
+        if got["launches"] != warmup + repeats:
+            return f"with warmup={warmup}, repeats={repeats}, run should be called {warmup + repeats} times, was called {got['launches']}"
+        seconds, expected = got["seconds"], got.get("work", work)
+        if not 0.6 * expected <= seconds <= 1.8 * expected:
+            return (f"with warmup={warmup}, repeats={repeats}: measured {1000 * seconds:.1f} ms per call for "
+                    f"{1000 * expected:.0f} ms of work per call")
     return None
+
+
+def judge_measure_defaults(d):
+    if not d["is_float"]:
+        return f"measure returned a {d['type']}: return the seconds as a float"
+    return _judge_runs_and_seconds(d)
+
+
+# --- sync_lines ---------------------------------------------------------------------------
+# 1. a set of ints (a list or tuple is read as one), numbers 1 to 14                 -> "ints" (and public)
+# 2. every line where a GPU value becomes a Python value                             -> "a GPU value ..."
+# 3. every copy to the CPU and every operation whose output size depends on the data -> "copies to the CPU ..."
+# 4. every explicit wait                                                             -> "explicit waits"
+# 5. no line that only queues work                                                   -> "lines that only queue work"
+
+def observe_sync_lines_as_given(ns):
+    import numbers
+    from gpucourse.checks import answer
+    lines = answer(ns, "sync_lines")
+    items = list(lines)
+    ints = [int(n) for n in items if isinstance(n, numbers.Integral) and not isinstance(n, bool)]
+    return {"lines": sorted(set(ints)), "not_ints": [f"{type(n).__name__} {n!r}"[:40] for n in items
+                                                     if not isinstance(n, numbers.Integral) or isinstance(n, bool)]}
+
+
+def _sync_judge(expected, what):
+    def judge(d):
+        if d["not_ints"]:
+            return None  # reported once, by the "ints" case
+        missed = len(set(expected) - set(d["lines"]))
+        return f"{missed} of the {what} missed" if missed else None
+    return judge
 
 
 SYNC_LINES = {4, 6, 8, 10, 11, 13}
 
 
-def judge_sync_lines(d):
-    if "error" in d:
-        return d["error"]
-    chosen = set(d["lines"])
-    missed, extra = len(SYNC_LINES - chosen), len(chosen - SYNC_LINES)
-    return None if not missed and not extra else f"{missed} synchronizing line(s) missed, {extra} line(s) that do not synchronize"
+def judge_sync_only_queue(d):
+    extra = len(set(d["lines"]) - SYNC_LINES)
+    return f"{extra} line(s) chosen that only queue work" if extra else None
 
 
 HIDDEN = {
-    "add_positions": [Case("float64, bfloat16 and meta inputs", observe_positions_everywhere, judge_positions_everywhere)],
-    "measure": [Case("warm-up count, repeats and other work sizes", observe_measure_in_detail, judge_measure_in_detail)],
-    "sync_lines": [Case("the synchronizing lines", observe_sync_lines, judge_sync_lines)],
+    "add_positions": [
+        Case("values: x + p on random x of other shapes (length 1, non-contiguous)", observe_positions_values,
+             judge_positions_values),
+        Case("dtype, device and shape follow x (float64, bfloat16, float16, meta)", observe_positions_follow_x,
+             judge_positions_follow_x),
+        Case("a new tensor, x unchanged (random x)", observe_positions_new_tensor, judge_positions_new_tensor),
+    ],
+    "measure": [
+        Case("the median of the repeats (an odd count)", observe_measure_median_odd, judge_measure_median),
+        Case("the median of the repeats (an even count: between the two middle times)", observe_measure_median_even,
+             judge_measure_median),
+        Case("warm-up calls run first and stay out of the result; positional arguments", observe_measure_warmup,
+             _judge_runs_and_seconds),
+        Case("one repeat: the warm-up's queued work is not timed", observe_measure_one_repeat, _judge_runs_and_seconds),
+        Case("the defaults (warmup=2, repeats=5), and a float", observe_measure_defaults, judge_measure_defaults),
+    ],
+    "sync_lines": [
+        Case("line numbers are ints", observe_sync_lines_as_given,
+             lambda d: f"give the line numbers as ints, got {d['not_ints'][0]}" if d["not_ints"] else None),
+        Case("lines where a GPU value becomes a Python value", observe_sync_lines_as_given,
+             _sync_judge({4, 8, 10}, "lines where a GPU value becomes a Python value")),
+        Case("copies to the CPU and data-dependent sizes", observe_sync_lines_as_given,
+             _sync_judge({6, 11}, "copies to the CPU and data-dependent sizes")),
+        Case("explicit waits", observe_sync_lines_as_given, _sync_judge({13}, "explicit waits")),
+        Case("lines that only queue work", observe_sync_lines_as_given, judge_sync_only_queue),
+    ],
 }

@@ -1,51 +1,210 @@
 """Hidden checks for lesson 3 (Tensor Cores). Never released; see lesson01's file for the form."""
 
 from gpucourse.checks import Case
-from gpucourse.checks.lesson03 import observe_case_answers  # same observation, exact judge
+from gpucourse.checks.lesson03 import observe_case_answers  # same observation, exact judges
 
 
+# --- pad_mlp --------------------------------------------------------------------------------
+# What the exercise text, stub and answer line require:
+#  1. `pad_mlp(model, multiple=8)`: 8 when `multiple` is not given, any other multiple when it is
+#     -> "widths: ..." (the default, 3, 4, 16)
+#  2. every hidden width rounded *up* to a multiple of `multiple` -> "widths: ..." (an already aligned
+#     width is its own multiple: it stays, verdict "already aligned")
+#  3. input and output widths stay the same (a single layer has no hidden width) -> "widths: ..."
+#  4. the new model computes the same function, whatever the activations (sigmoid and softplus are
+#     not 0 at 0; LeakyReLU(0.2), ELU(0.5) carry settings) -> "the same function ..."
+#  5. Linear layers may have no bias -> "layers without a bias ..."
+#  6. the same function in the model's own dtype (float64 in the public check) -> "float32 and
+#     bfloat16 models keep their dtype"
+#  7. a *new* nn.Sequential; `model` unchanged -> "a new nn.Sequential, the original untouched"
 
-def observe_pad_mlp_everywhere(ns):
+def observe_pad_widths(ns):
+    import random
+
+    from torch import nn
+    from gpucourse.checks import answer
+    from gpucourse.tensor_cores import example_mlp
+
+    rng = random.Random(3)
+    # (widths, multiple): None leaves the default; each a few layers (deep copies of modules cost)
+    specs = [([15, 9, 20, 3], None), ([64, 100, 7, 50, 10], None), ([20, 24, 9, 2], 16), ([12, 10, 5, 6], 4),
+             ([7, 11, 1, 4], 3), ([8, 16, 8], None), ([5, 32, 48, 4], 16), ([7, 3], None)]
+    specs += [([rng.randint(1, 40) for _ in range(rng.randint(3, 5))], rng.choice([None, 4, 8, 16])) for _ in range(2)]
+    result = []
+    for widths, multiple in specs:
+        model = example_mlp(widths, rng.choice([nn.ReLU, nn.Tanh, nn.GELU]))
+        padded = answer(ns, "pad_mlp")(model) if multiple is None else answer(ns, "pad_mlp")(model, multiple=multiple)
+        result.append({"widths": widths, "multiple": multiple,
+                       "got": [[m.in_features, m.out_features] for m in padded.modules() if isinstance(m, nn.Linear)]})
+    return result
+
+
+def _hidden(widths):
+    return widths[1:-1]
+
+
+def _got_hidden(got):
+    return [layer[1] for layer in got[:-1]]
+
+
+def judge_round_up(d):
+    for row in d:
+        m = row["multiple"] or 8
+        hidden, got = _hidden(row["widths"]), _got_hidden(row["got"])
+        if len(got) != len(hidden):
+            return f"widths {row['widths']}: the padded model has {len(row['got'])} Linear layers"
+        if any(w % m and (g % m or g < w or g - w >= m) for w, g in zip(hidden, got)):  # aligned ones: judge_aligned
+            called = "the default multiple" if row["multiple"] is None else f"multiple={m}"
+            return f"with {called}, hidden widths {hidden} became {got}: each must round up to the next multiple"
+    return None
+
+
+def judge_aligned(d):
+    for row in d:
+        m = row["multiple"] or 8
+        hidden, got = _hidden(row["widths"]), _got_hidden(row["got"])
+        if len(got) != len(hidden):
+            return f"widths {row['widths']}: the padded model has {len(row['got'])} Linear layers"
+        for w, g in zip(hidden, got):
+            if w % m == 0 and g != w:
+                return f"a hidden width of {w} with multiple={m} is already aligned but became {g}"
+    return None
+
+
+def judge_io(d):
+    for row in d:
+        got = row["got"]
+        if not got or got[0][0] != row["widths"][0] or got[-1][1] != row["widths"][-1]:
+            return (f"widths {row['widths']}: input and output widths must stay as they are, got "
+                    f"{got[0][0] if got else None} in and {got[-1][1] if got else None} out")
+    return None
+
+
+def judge_widths(d):  # one observation, three requirements: each says which it is
+    return judge_round_up(d) or judge_aligned(d) or judge_io(d)
+
+
+def observe_pad_function(ns):
+    import torch
+    from torch import nn
+    from gpucourse.checks import answer
+
+    g = torch.Generator().manual_seed(5)
+    torch.manual_seed(5)
+    models = {
+        "sigmoid": nn.Sequential(nn.Linear(6, 9), nn.Sigmoid(), nn.Linear(9, 13), nn.Sigmoid(), nn.Linear(13, 2)),
+        "LeakyReLU(0.2) and ELU(0.5)": nn.Sequential(nn.Linear(4, 3), nn.LeakyReLU(0.2), nn.Linear(3, 17), nn.ELU(0.5),
+                                                     nn.Linear(17, 5)),
+        "softplus(beta=2), multiple=16": nn.Sequential(nn.Linear(3, 21), nn.Softplus(beta=2.0), nn.Linear(21, 1)),
+    }
+    result = {}
+    for name, model in models.items():
+        model = model.double()
+        padded = answer(ns, "pad_mlp")(model, **({"multiple": 16} if "16" in name else {}))
+        x = 10 * torch.randn(64, model[0].in_features, generator=g, dtype=torch.float64)
+        with torch.no_grad():
+            result[name] = float((padded(x) - model(x)).abs().max())
+    return result
+
+
+def judge_function(d):
+    bad = [name for name, diff in d.items() if not diff < 1e-9]
+    return f"the padded model computes something else with {', '.join(bad)}" if bad else None
+
+
+def observe_pad_without_bias(ns):
+    import torch
+    from torch import nn
+    from gpucourse.checks import answer
+
+    torch.manual_seed(6)
+    models = {
+        "no bias anywhere": nn.Sequential(nn.Linear(10, 13, bias=False), nn.GELU(), nn.Linear(13, 5, bias=False)),
+        "no bias, then a bias": nn.Sequential(nn.Linear(7, 5, bias=False), nn.Sigmoid(), nn.Linear(5, 11),
+                                              nn.Tanh(), nn.Linear(11, 3, bias=False)),
+    }
+    result = {}
+    for name, model in models.items():
+        model = model.double()
+        padded = answer(ns, "pad_mlp")(model)
+        x = torch.randn(16, model[0].in_features, dtype=torch.float64)
+        with torch.no_grad():
+            result[name] = {"diff": float((padded(x) - model(x)).abs().max()),
+                            "widths": [m.out_features for m in padded.modules() if isinstance(m, nn.Linear)][:-1]}
+    return result
+
+
+def judge_without_bias(d):
+    for name, r in d.items():
+        if any(w % 8 for w in r["widths"]):
+            return f"{name}: hidden widths {r['widths']} are not padded"
+        if not r["diff"] < 1e-9:
+            return f"{name}: the padded model computes something else"
+    return None
+
+
+def observe_pad_dtypes(ns):
     import torch
     from torch import nn
     from gpucourse.checks import answer
     from gpucourse.tensor_cores import example_mlp
 
-    torch.manual_seed(1)
-    models = {
-        "sigmoid 64-100-7-50-10": (example_mlp([64, 100, 7, 50, 10], nn.Sigmoid), 64, {}),
-        "tanh, multiple=16": (example_mlp([20, 24, 9], nn.Tanh), 20, {"multiple": 16}),
-        "no bias, gelu": (nn.Sequential(nn.Linear(10, 13, bias=False), nn.GELU(), nn.Linear(13, 5, bias=False)), 10, {}),
-        "already aligned": (example_mlp([8, 16, 8]), 8, {}),
-    }
+    torch.manual_seed(7)
     result = {}
-    for name, (model, width, kwargs) in models.items():
-        model = model.double()
-        padded = answer(ns, "pad_mlp")(model, **kwargs)
-        x = torch.randn(32, width, dtype=torch.float64)
+    for dtype in (torch.float32, torch.bfloat16):
+        model = example_mlp([12, 19, 6, 3], nn.Sigmoid).to(dtype)
+        padded = answer(ns, "pad_mlp")(model)
+        x = torch.randn(8, 12).to(dtype)
         with torch.no_grad():
-            diff = (padded(x) - model(x)).abs().max().item()
-        result[name] = {"widths": [[m.in_features, m.out_features] for m in padded.modules() if isinstance(m, nn.Linear)],
-                        "diff": diff}
+            out, expected = padded(x), model(x)
+        result[str(dtype)] = {"params": sorted({str(p.dtype) for p in padded.parameters()}), "out": str(out.dtype),
+                              "diff": float((out.float() - expected.float()).abs().max())}
     return result
 
 
-WIDTHS = {
-    "sigmoid 64-100-7-50-10": [[64, 104], [104, 8], [8, 56], [56, 10]],
-    "tanh, multiple=16": [[20, 32], [32, 9]],
-    "no bias, gelu": [[10, 16], [16, 5]],
-    "already aligned": [[8, 16], [16, 8]],
-}
-
-
-def judge_pad_mlp_everywhere(d):
-    for name, widths in WIDTHS.items():
-        if d[name]["widths"] != widths:
-            return f"{name}: wrong widths"
-        if not d[name]["diff"] < 1e-9:
-            return f"{name}: the padded model computes something else"
+def judge_dtypes(d):
+    for dtype, r in d.items():
+        if r["params"] != [dtype] or r["out"] != dtype:
+            return f"a {dtype.removeprefix('torch.')} model came back with {', '.join(r['params'])} parameters"
+    if not d["torch.float32"]["diff"] < 1e-5:
+        return "a float32 model: the padded model computes something else"
     return None
 
+
+def observe_pad_new_model(ns):
+    import torch
+    from torch import nn
+    from gpucourse.checks import answer
+
+    torch.manual_seed(8)
+    model = nn.Sequential(nn.Linear(5, 6), nn.ReLU(), nn.Linear(6, 8), nn.Tanh(), nn.Linear(8, 2, bias=False))
+    layers = list(model)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    padded = answer(ns, "pad_mlp")(model)
+    return {"type": f"{type(padded).__module__}.{type(padded).__qualname__}", "same_object": padded is model,
+            "layers_kept": list(model) == layers and len(model) == len(layers),
+            "widths_kept": [[m.in_features, m.out_features] for m in model if isinstance(m, nn.Linear)] == [[5, 6], [6, 8], [8, 2]],
+            "values_kept": model.state_dict().keys() == before.keys()
+            and all(torch.equal(before[k], v) for k, v in model.state_dict().items())}
+
+
+def judge_new_model(d):
+    if d["type"] != "torch.nn.modules.container.Sequential":
+        return f"return an nn.Sequential, not a {d['type'].rpartition('.')[2]}"
+    if d["same_object"]:
+        return "return a new model, not the one passed in"
+    if not (d["layers_kept"] and d["widths_kept"] and d["values_kept"]):
+        return "the original model was changed: build a new one"
+    return None
+
+
+# --- case_answers ---------------------------------------------------------------------------
+# What the exercise text and answer line require:
+#  1. a dict from each case number 1, 2, 3 (ints) -> the public form check ("cases 1-3, ...")
+#  2. each value a set of codes (any collection of str, not a str) -> the public form check
+#  3. each code a key of T.CODES -> the public form check
+#  4-6. for each case, exactly the codes that apply -> "case 1: ...", "case 2: ...", "case 3: ..."
+#     (case 3's 3 input and 1 output channels count either way: the text asks for a justification)
 
 REQUIRED = {
     "1": {"dims_not_multiple_of_8", "input_shape_mismatch", "output_size_mismatch", "no_activation_between_linears"},
@@ -55,18 +214,25 @@ REQUIRED = {
 OPTIONAL = {"1": set(), "2": set(), "3": {"dims_not_multiple_of_8"}}  # 3 image channels, a 1-channel mask: defensible both ways
 
 
-def judge_cases(d):
-    if "error" in d:
-        return d["error"]
-    wrong = []
-    for case, required in REQUIRED.items():
+def judge_case(case):
+    def judge(d):
+        if "error" in d:
+            return d["error"]
         given = set(d["answers"].get(case, []))
-        if not required <= given or not given <= required | OPTIONAL[case]:
-            wrong.append(case)
-    return f"reconsider case(s) {', '.join(wrong)}" if wrong else None
+        if not REQUIRED[case] <= given or not given <= REQUIRED[case] | OPTIONAL[case]:
+            return f"reconsider the codes of case {case}"
+        return None
+    return judge
 
 
 HIDDEN = {
-    "pad_mlp": [Case("sigmoid, tanh with multiple=16, no bias, already aligned", observe_pad_mlp_everywhere, judge_pad_mlp_everywhere)],
-    "case_answers": [Case("the three cases", observe_case_answers, judge_cases)],
+    "pad_mlp": [
+        Case("widths: hidden ones rounded up to the next multiple (the default, 3, 4, 16), aligned ones and "
+             "input and output kept (a single layer too)", observe_pad_widths, judge_widths),
+        Case("the same function with sigmoid, softplus, LeakyReLU(0.2), ELU(0.5)", observe_pad_function, judge_function),
+        Case("layers without a bias, alone and mixed", observe_pad_without_bias, judge_without_bias),
+        Case("float32 and bfloat16 models keep their dtype", observe_pad_dtypes, judge_dtypes),
+        Case("a new nn.Sequential, the original untouched", observe_pad_new_model, judge_new_model),
+    ],
+    "case_answers": [Case(f"case {case}: the codes that apply", observe_case_answers, judge_case(case)) for case in "123"],
 }

@@ -1,107 +1,415 @@
 """Hidden checks for lesson 6 (Lightning on many devices). Never released.
 
-``parse_devices`` meets more inputs, judged against Lightning's parser; the device-agnostic module
-meets other shapes and bfloat16; the picklable module other noise levels; the batch-size functions
-more strategies, including the ones Lightning removed.
+Each exercise lists the requirements its text states, numbered, and the case that tests each one.
+Inputs are generated from fixed seeds inside the observers (other sizes, machines, noise levels and
+strategies than the text's examples); ``parse_devices`` is still judged against Lightning's parser,
+on inputs where the text and that parser agree.
 """
 
 from gpucourse.checks import Case
 from gpucourse.checks.lesson06 import judge_batch, judge_parse, judge_picklable
 
 
-
 # --- parse_devices ------------------------------------------------------------------------------
+# 1. an int, or a str holding one integer (spaces allowed): 0 means no GPU (None)    -> "counts"
+# 2. -1 (or "-1") means every available GPU                                           -> "counts"
+# 3. n > 0 means the first n GPUs                                                     -> "counts"
+# 4. any other negative number raises ValueError                                      -> "impossible requests"
+# 5. a list or tuple of ints: exactly those GPUs, in the order given; [] means None   -> "lists, tuples and comma strings"
+# 6. a str of comma-separated integers, spaces allowed, empty pieces ignored          -> "lists, tuples and comma strings"
+# 7. the result is a list of ints (a tuple in gives a list out) or None               -> "lists, tuples and comma strings"
+# 8. TypeError for anything but an int, a str or a list/tuple of ints (bools, floats) -> "types"
+# 9. ValueError for GPUs that don't exist, the same GPU twice, -1 with no GPU, text
+#    that is not a number                                                             -> "impossible requests", "text"
+# 10. written by hand: Lightning's parser is switched off while it runs               -> every case (judge_parse)
 
-def observe_more_devices(ns):
-    from gpucourse.checks.lesson06 import observe_parse
-    cases = [("0", 4), ([], 4), (" 2 ", 4), ("2,", 4), ("0,2", 4), ([2], 4), ([3, 0], 4), (1, 1), (-1, 2),
-             ("-1", 1), (-1, 0), (1, 0), ([4], 4), ([1, 1], 4), (-2, 4), ("cpu", 4), (None, 4), (2.0, 4),
-             ([1.0], 4), (["1"], 4), (True, 4), (8, 8)]
-    return {"cases": [list(c) for c in cases], "results": observe_parse(ns, cases)}
+def observe_counts(ns):
+    import random
+    from gpucourse.checks.lesson06 import devices_from_spec, observe_parse
+    rng = random.Random(61)
+    specs = [[["int", 0], 0], [["str", "0"], 0], [["str", " 0 "], 5], [["int", -1], 1], [["str", " -1 "], 6]]
+    for available in (1, 2, 3, 5, 7, 8):
+        n = rng.randint(1, available)
+        specs += [[["int", n], available], [["str", f" {n}"], available], [["int", available], available],
+                  [["int", -1], available], [["str", "-1"], available]]
+    cases = [(devices_from_spec(spec), available) for spec, available in specs]
+    return {"cases": specs, "results": observe_parse(ns, cases)}
 
 
-def judge_more_devices(d):
-    return judge_parse(d["results"], [tuple(c) for c in d["cases"]])
+def observe_lists(ns):
+    import random
+    from gpucourse.checks.lesson06 import devices_from_spec, observe_parse
+    rng = random.Random(62)
+    specs = [[["list", []], 3], [["list", []], 0], [["str", "3,"], 4], [["str", "0,"], 1], [["str", "1,,3"], 4],
+             [["str", " 2 , 0 "], 3], [["tuple", [1]], 2]]
+    for available in (2, 5, 8):
+        ids = rng.sample(range(available), rng.randint(1, available))  # in no particular order
+        specs += [[["list", ids], available], [["tuple", ids], available],
+                  [["str", ",".join(f" {i}" if rng.random() < 0.5 else str(i) for i in ids)], available]]
+    cases = [(devices_from_spec(spec), available) for spec, available in specs]
+    return {"cases": specs, "results": observe_parse(ns, cases)}
+
+
+def observe_impossible(ns):
+    from gpucourse.checks.lesson06 import devices_from_spec, observe_parse
+    specs = [[["int", -2], 4], [["int", -7], 8], [["str", "-3"], 4], [["int", 5], 4], [["str", "9"], 8],
+             [["int", 1], 0], [["int", -1], 0], [["str", "-1"], 0], [["list", [0]], 0], [["list", [4]], 4],
+             [["list", [-1]], 4], [["str", "0,4"], 4], [["list", [2, 2]], 4], [["tuple", [0, 1, 0]], 4],
+             [["str", "3, 3"], 4]]
+    cases = [(devices_from_spec(spec), available) for spec, available in specs]
+    return {"cases": specs, "results": observe_parse(ns, cases)}
+
+
+def observe_text(ns):
+    from gpucourse.checks.lesson06 import devices_from_spec, observe_parse
+    specs = [[["str", "abc"], 4], [["str", ""], 4], [["str", "1 3"], 4], [["str", "two"], 4], [["str", "x,1"], 4]]
+    cases = [(devices_from_spec(spec), available) for spec, available in specs]
+    return {"cases": specs, "results": observe_parse(ns, cases)}
+
+
+def observe_types(ns):
+    from gpucourse.checks.lesson06 import devices_from_spec, observe_parse
+    specs = [[["bool", True], 4], [["bool", False], 4], [["float", 2.0], 4], [["float", 0.0], 4], [["NoneType", None], 4],
+             [["list", [1.0]], 4], [["list", ["1"]], 4], [["list", [True]], 4], [["tuple", [0, "1"]], 4],
+             [["set", [0, 1]], 4], [["dict", {"0": 1}], 4]]
+    cases = [(devices_from_spec(spec), available) for spec, available in specs]
+    return {"cases": specs, "results": observe_parse(ns, cases)}
+
+
+def judge_devices(d):
+    from gpucourse.checks.lesson06 import devices_from_spec
+    return judge_parse(d["results"], [(devices_from_spec(spec), available) for spec, available in d["cases"]])
 
 
 # --- device_agnostic ------------------------------------------------------------------------------
+# 1. the same function as Standardize: (x - mean) / std, the read-out self.readout, plus 1  -> "other sizes"
+# 2. runs on the device the module and its input were moved to (.to(device))               -> "meta device" (+ public)
+# 3. follows the dtype: .double() and .to(torch.bfloat16) give outputs of that dtype       -> "float64", "bfloat16"
+# 4. the statistics are not parameters: parameters() is the read-out's weight and bias     -> "not parameters" (+ public)
 
-def observe_agnostic_elsewhere(ns):
+def observe_agnostic_sizes(ns):
     import torch
     from gpucourse.checks import answer
 
+    g = torch.Generator().manual_seed(63)
     record = {}
-    for features, batch in ((6, 1), (2, 9)):
-        mean, std = [0.5 * i for i in range(features)], [1.0 + i for i in range(features)]
+    for features, batch in ((1, 4), (7, 1), (3, 13)):
+        mean = (torch.randn(features, generator=g) * 3).tolist()
+        std = (torch.rand(features, generator=g) * 4 + 0.25).tolist()
         torch.manual_seed(features)
         model = answer(ns, "AgnosticStandardize")(mean, std)
-        x = torch.randn(batch, features)
+        x = torch.randn(batch, features, generator=g) * 2 + 1
         w, b = model.readout.weight.detach(), model.readout.bias.detach()
         expected = ((x - torch.tensor(mean)) / torch.tensor(std)) @ w.T + b + 1
-        key = f"{features}x{batch}"
+        key = f"{features} feature(s), a batch of {batch}"
         try:
             out = model(x)
-            record[key] = {"shape": list(out.shape), "close": bool(torch.allclose(out, expected, atol=1e-5))}
+            record[key] = {"shape": list(out.shape), "want": [batch, 1],
+                           "close": list(out.shape) == [batch, 1] and bool(torch.allclose(out, expected, atol=1e-4))}
         except Exception as error:
             record[key] = f"{type(error).__name__}: {str(error)[:200]}"
-        try:
-            out16 = model.to(torch.bfloat16)(x.to(torch.bfloat16))
-            record[key + " bf16"] = str(out16.dtype)
-        except Exception as error:
-            record[key + " bf16"] = f"{type(error).__name__}: {str(error)[:200]}"
     return record
 
 
-def judge_agnostic_elsewhere(d):
+def judge_agnostic_sizes(d):
     for key, value in d.items():
-        if key.endswith("bf16"):
-            if value != "torch.bfloat16":
-                return f"after .to(torch.bfloat16) with bfloat16 input, got {value}: new tensors must follow the input's dtype"
-        elif not isinstance(value, dict) or not value["close"] or value["shape"] != [int(key.split("x")[1]), 1]:
-            return f"with {key.split('x')[0]} features and a batch of {key.split('x')[1]}: {value}"
+        if not isinstance(value, dict):
+            return f"with {key}: {value}"
+        if value["shape"] != value["want"]:
+            return f"with {key} the output has shape {value['shape']}"
+        if not value["close"]:
+            return f"with {key} the output is not (x - mean) / std, the read-out, plus 1"
+    return None
+
+
+def observe_agnostic_dtypes(ns):
+    import torch
+    from gpucourse.checks import answer
+
+    g = torch.Generator().manual_seed(64)
+    mean, std = [0.5, -1.5, 2.0, 0.0, 3.0], [0.5, 2.0, 1.5, 1.0, 0.75]
+    record = {}
+    for dtype, atol in ((torch.float64, 1e-6), (torch.bfloat16, 0.1)):
+        torch.manual_seed(4)
+        model = answer(ns, "AgnosticStandardize")(mean, std)
+        x = torch.randn(6, 5, generator=g)
+        w, b = model.readout.weight.detach(), model.readout.bias.detach()
+        try:
+            moved = model.to(dtype)
+            xd = x.to(dtype)
+            out = moved(xd)
+            wd, bd = w.to(dtype).double(), b.to(dtype).double()
+            expected = ((xd.double() - torch.tensor(mean, dtype=torch.float64)) / torch.tensor(std, dtype=torch.float64)) @ wd.T + bd + 1
+            close = list(out.shape) == [6, 1] and bool(torch.allclose(out.double(), expected, atol=atol, rtol=0.02 if atol > 1e-3 else 1e-6))
+            record[str(dtype)] = {"dtype": str(out.dtype), "device": str(out.device), "close": close}
+        except Exception as error:
+            record[str(dtype)] = f"{type(error).__name__}: {str(error)[:200]}"
+    return record
+
+
+def judge_agnostic_dtype(d, dtype):
+    value = d[dtype]
+    if not isinstance(value, dict):
+        return f"after .to({dtype}) with a {dtype} input: {value}"
+    if value["dtype"] != dtype:
+        return f"after .to({dtype}) with a {dtype} input the output is {value['dtype']}: new tensors must follow the input's dtype"
+    if not value["close"]:
+        return f"after .to({dtype}) the output is not (x - mean) / std, the read-out, plus 1"
+    return None
+
+
+def observe_agnostic_meta(ns):
+    import torch
+    from gpucourse.checks import answer
+
+    model = answer(ns, "AgnosticStandardize")([0.0, 1.0], [1.0, 3.0])
+    try:
+        moved = model.to("meta", torch.float64)
+        out = moved(torch.randn(3, 2, device="meta", dtype=torch.float64))
+        return {"device": str(out.device), "dtype": str(out.dtype), "shape": list(out.shape)}
+    except Exception as error:
+        return f"{type(error).__name__}: {str(error)[:200]}"
+
+
+def judge_agnostic_meta(d):
+    if d != {"device": "meta", "dtype": "torch.float64", "shape": [3, 1]}:
+        return f"after .to('meta', torch.float64) with an input there: {d}"
+    return None
+
+
+def observe_agnostic_parameters(ns):
+    from gpucourse.checks import answer
+    model = answer(ns, "AgnosticStandardize")([1.0, 2.0, 3.0, 4.0], [1.0, 1.0, 2.0, 2.0])
+    return {"names": sorted(name for name, _ in model.named_parameters()),
+            "count": sum(1 for _ in model.parameters())}
+
+
+def judge_agnostic_parameters(d):
+    if d["names"] != ["readout.bias", "readout.weight"] or d["count"] != 2:
+        return f"parameters() must hold the read-out's weight and bias only, not the statistics (even frozen); got {d['names']}"
     return None
 
 
 # --- picklable ----------------------------------------------------------------------------------
+# 1. a LightningModule with the same net (nn.Linear(4, 1))                                  -> "a LightningModule"
+# 2. noise defaults to 0.1                                                                  -> "noise=0.1 by default"
+# 3. augment(x) returns x + noise * torch.randn_like(x)                                     -> "other noise levels" (+ public)
+# 4. the same training_step: MSE of net(augment(x)).squeeze(-1) against y                   -> "other noise levels" (+ public)
+# 5. the same optimizer: SGD, lr 0.05, over the module's parameters                         -> "the same optimizer"
+# 6. it pickles as ddp_spawn pickles it, and the copy behaves the same (its own noise too)  -> "other noise levels",
+#                                                                                              "each module keeps its own noise"
+
+def observe_picklable_module(ns):
+    import torch
+    from gpucourse.checks import answer
+    model = answer(ns, "SpawnSafeRegressor")()
+    net = getattr(model, "net", None)
+    return {"lightning": any(c.__name__ == "LightningModule" for c in type(model).__mro__),
+            "net": type(net).__name__, "shape": [getattr(net, "in_features", None), getattr(net, "out_features", None)],
+            "linear": isinstance(net, torch.nn.Linear)}
+
+
+def judge_picklable_module(d):
+    if not d["lightning"]:
+        return "SpawnSafeRegressor must be a LightningModule"
+    if not d["linear"] or d["shape"] != [4, 1]:
+        return f"net must be NoisyRegressor's net; got {d['net']} {d['shape']}"
+    return None
+
+
+def observe_picklable_default(ns):
+    import torch
+    from gpucourse.checks import answer
+    model = answer(ns, "SpawnSafeRegressor")()
+    x = torch.randn(5, 4)
+    torch.manual_seed(7)
+    got = model.augment(x)
+    torch.manual_seed(7)
+    return bool(torch.allclose(got, x + 0.1 * torch.randn_like(x)))
+
+
+def observe_picklable_levels(ns):
+    import random
+    from gpucourse.checks.lesson06 import observe_picklable
+    rng = random.Random(65)
+    return [observe_picklable(ns, noise=round(rng.uniform(0.05, 4.0), 3)) for _ in range(2)]
+
+
+def judge_picklable_levels(d):
+    for record in d:
+        verdict = judge_picklable(record)
+        if verdict:
+            return verdict
+    return None
+
 
 def observe_picklable_no_noise(ns):
     from gpucourse.checks.lesson06 import observe_picklable
     return observe_picklable(ns, noise=0.0)
 
 
-def observe_picklable_more_noise(ns):
-    from gpucourse.checks.lesson06 import observe_picklable
-    return observe_picklable(ns, noise=2.5)
+def observe_own_noise(ns):
+    import pickle
+    from multiprocessing.reduction import ForkingPickler
+
+    import torch
+    from gpucourse.checks import answer
+
+    cls = answer(ns, "SpawnSafeRegressor")
+    quiet, loud = cls(noise=0.01), cls(noise=3.0)
+    clones = [pickle.loads(bytes(ForkingPickler.dumps(m))) for m in (quiet, loud)]
+    x = torch.zeros(2000, 4)
+    stds = []
+    for m in (quiet, loud, *clones):
+        torch.manual_seed(3)
+        stds.append(round(float(m.augment(x).std()), 3))
+    return stds
+
+
+def judge_own_noise(d):
+    quiet, loud, quiet_clone, loud_clone = d
+    if not (abs(quiet - 0.01) < 0.002 and abs(loud - 3.0) < 0.3):
+        return "with noise=0.01 and noise=3.0, augment does not add each module's own level of noise"
+    if (quiet_clone, loud_clone) != (quiet, loud):
+        return "after a pickle round trip a module augments with another noise level"
+    return None
+
+
+def observe_optimizer(ns):
+    from gpucourse.checks import answer
+    model = answer(ns, "SpawnSafeRegressor")(noise=0.2)
+    configured = model.configure_optimizers()
+    if isinstance(configured, dict):
+        configured = configured.get("optimizer")
+    while isinstance(configured, (list, tuple)) and configured:
+        configured = configured[0]
+    if isinstance(configured, dict):
+        configured = configured.get("optimizer")
+    groups = getattr(configured, "param_groups", None)
+    if not groups:
+        return {"type": type(configured).__name__}
+    ids = sorted(id(p) for group in groups for p in group["params"])
+    return {"type": type(configured).__name__, "lr": [group["lr"] for group in groups],
+            "momentum": [group.get("momentum", 0) for group in groups],
+            "all_parameters": ids == sorted(id(p) for p in model.parameters())}
+
+
+def judge_optimizer(d):
+    if d.get("type") != "SGD" or d.get("lr") != [0.05] or d.get("momentum") != [0] or not d.get("all_parameters"):
+        return "configure_optimizers must give NoisyRegressor's optimizer, over all of the module's parameters"
+    return None
 
 
 # --- effective_batch ------------------------------------------------------------------------------
+# 1. samples per optimizer step: batch_size x devices x num_nodes x accumulate_grad_batches,
+#    for ddp, ddp_spawn, ddp_notebook, fsdp and deepspeed                          -> "every strategy of the table"
+# 2. defaults num_nodes=1, strategy="ddp", accumulate_grad_batches=1, in that order -> "positional arguments and defaults"
+# 3. an int                                                                       -> "every strategy of the table"
+# 4. ValueError for any other strategy, the removed ones included                 -> "other and removed strategies"
+# 5. ValueError for a batch size, device count, node count or accumulation below 1 -> "values below 1"
+# 6. scaled_learning_rate: the linear rule, base_lr x effective / base_batch       -> "the linear scaling rule"
+# 7. scaled_learning_rate returns a float                                         -> "the linear scaling rule"
 
-def observe_more_batches(ns):
+STRATEGIES = ("ddp", "ddp_spawn", "ddp_notebook", "fsdp", "deepspeed")
+
+
+def observe_batch_strategies(ns):
+    import random
     from gpucourse.checks.lesson06 import observe_batch
-    cases = [
-        {"batch_size": 16, "devices": 4, "num_nodes": 2, "strategy": "fsdp"},
-        {"batch_size": 16, "devices": 4, "num_nodes": 2, "strategy": "deepspeed", "accumulate_grad_batches": 2},
-        {"batch_size": 5, "devices": 1, "num_nodes": 1, "strategy": "ddp"},
-        {"batch_size": 7, "devices": 8, "num_nodes": 1, "strategy": "dp"},
-        {"batch_size": 7, "devices": 8, "num_nodes": 10, "strategy": "ddp2"},
-        {"batch_size": 7, "devices": 8, "num_nodes": 1, "strategy": "horovod"},
-        {"batch_size": 7, "devices": 8, "num_nodes": 1, "strategy": "ddp_sharded"},
-        {"batch_size": 7, "devices": 0, "num_nodes": 1, "strategy": "ddp"},
-        {"batch_size": 7, "devices": 2, "num_nodes": 0, "strategy": "ddp"},
-        {"batch_size": 0, "devices": 2, "num_nodes": 1, "strategy": "ddp"},
-        {"batch_size": 8, "devices": 2, "num_nodes": 1, "strategy": "ddp", "accumulate_grad_batches": 0},
-    ]
-    lr_cases = [{"base_lr": 3e-4, "base_batch_size": 64, "effective_batch_size": 32},
-                {"base_lr": 0.1, "base_batch_size": 256, "effective_batch_size": 256},
-                {"base_lr": 0.02, "base_batch_size": 32, "effective_batch_size": 2048}]
-    return observe_batch(ns, cases, lr_cases)
+    rng = random.Random(66)
+    cases = [{"batch_size": 1, "devices": 1, "num_nodes": 1, "strategy": "fsdp", "accumulate_grad_batches": 1}]
+    for strategy in ("ddp", "ddp_spawn", "ddp_notebook", "fsdp", "deepspeed"):
+        for _ in range(2):
+            cases.append({"batch_size": rng.randint(1, 96), "devices": rng.randint(1, 8), "num_nodes": rng.randint(1, 12),
+                          "strategy": strategy, "accumulate_grad_batches": rng.randint(1, 9)})
+    return {"cases": cases, **observe_batch(ns, cases, [])}
+
+
+def judge_batch_strategies(d):
+    want = [c["batch_size"] * c["devices"] * c["num_nodes"] * c["accumulate_grad_batches"] for c in d["cases"]]
+    return judge_batch(d, want, [], d["cases"])
+
+
+def observe_batch_positional(ns):
+    from gpucourse.checks.lesson06 import observe_batch
+    cases = [[5, 3], [5, 3, 2], [4, 2, 3, "fsdp"], [4, 2, 3, "deepspeed", 6], [9, 1, 1, "ddp_spawn", 1]]
+    return {"cases": cases, **observe_batch(ns, cases, [])}
+
+
+def judge_batch_positional(d):
+    return judge_batch(d, [15, 30, 24, 144, 9], [], d["cases"])
+
+
+def observe_batch_strategy_names(ns):
+    from gpucourse.checks.lesson06 import observe_batch
+    cases = [{"batch_size": 8, "devices": 2, "num_nodes": 1, "strategy": s}
+             for s in ("dp", "ddp2", "horovod", "ddp_sharded", "ddp_cpu", "single_device", "fsdp_native", "")]
+    cases.append({"batch_size": 8, "devices": 4, "num_nodes": 3, "strategy": "dp", "accumulate_grad_batches": 2})
+    return {"cases": cases, **observe_batch(ns, cases, [])}
+
+
+def observe_batch_below_one(ns):
+    from gpucourse.checks.lesson06 import observe_batch
+    base = {"batch_size": 3, "devices": 2, "num_nodes": 2, "strategy": "ddp", "accumulate_grad_batches": 2}
+    cases = [dict(base, **{name: value}) for name in ("batch_size", "devices", "num_nodes", "accumulate_grad_batches")
+             for value in (0, -1, -4)]
+    cases += [dict(base, batch_size=1, devices=1, num_nodes=1, accumulate_grad_batches=1),
+              dict(base, devices=1), dict(base, num_nodes=1), dict(base, accumulate_grad_batches=1)]
+    return {"cases": cases, **observe_batch(ns, cases, [])}
+
+
+def judge_batch_below_one(d):
+    return judge_batch(d, ["ValueError"] * 12 + [1, 12, 12, 12], [], d["cases"])
+
+
+def observe_lr_rule(ns):
+    import random
+    from gpucourse.checks.lesson06 import observe_batch
+    rng = random.Random(67)
+    lr_cases = [{"base_lr": 1, "base_batch_size": 3, "effective_batch_size": 7},
+                {"base_lr": 0.05, "base_batch_size": 96, "effective_batch_size": 56},
+                [2e-3, 48, 80]]
+    for _ in range(4):
+        lr_cases.append({"base_lr": round(rng.uniform(1e-5, 0.5), 6), "base_batch_size": rng.randint(1, 512),
+                         "effective_batch_size": rng.randint(1, 4096)})
+    return {"lr_cases": lr_cases, **observe_batch(ns, [], lr_cases)}
+
+
+def judge_lr_rule(d):
+    args = [c if isinstance(c, list) else [c["base_lr"], c["base_batch_size"], c["effective_batch_size"]] for c in d["lr_cases"]]
+    return judge_batch(d, [], [lr * effective / base for lr, base, effective in args], None, d["lr_cases"])
 
 
 HIDDEN = {
-    "parse_devices": [Case("22 more inputs and machines, as Lightning parses them", observe_more_devices, judge_more_devices)],
-    "device_agnostic": [Case("other sizes, and bfloat16", observe_agnostic_elsewhere, judge_agnostic_elsewhere)],
-    "picklable": [Case("noise=0: only the model", observe_picklable_no_noise, judge_picklable),
-                  Case("noise=2.5", observe_picklable_more_noise, judge_picklable)],
-    "effective_batch": [Case("other strategies, removed strategies and bad arguments", observe_more_batches,
-                             lambda d: judge_batch(d, [128, 256, 5] + ["ValueError"] * 8, [1.5e-4, 0.1, 1.28]))],
+    "parse_devices": [
+        Case("counts: 0, -1 and n as int or text, on machines of 0 to 8 GPUs", observe_counts, judge_devices),
+        Case("lists, tuples and comma strings keep exactly those GPUs, as a list", observe_lists, judge_devices),
+        Case("impossible requests raise ValueError", observe_impossible, judge_devices),
+        Case("text that is not a number raises ValueError", observe_text, judge_devices),
+        Case("types other than int, str, list or tuple of ints raise TypeError", observe_types, judge_devices),
+    ],
+    "device_agnostic": [
+        Case("other sizes: 1 and 7 features, a batch of 1", observe_agnostic_sizes, judge_agnostic_sizes),
+        Case("float64: dtype and values", observe_agnostic_dtypes, lambda d: judge_agnostic_dtype(d, "torch.float64")),
+        Case("bfloat16: dtype and values", observe_agnostic_dtypes, lambda d: judge_agnostic_dtype(d, "torch.bfloat16")),
+        Case("meta device and float64 at once", observe_agnostic_meta, judge_agnostic_meta),
+        Case("the statistics are not parameters", observe_agnostic_parameters, judge_agnostic_parameters),
+    ],
+    "picklable": [
+        Case("a LightningModule with NoisyRegressor's net", observe_picklable_module, judge_picklable_module),
+        Case("noise=0.1 by default", observe_picklable_default,
+             lambda d: None if d is True else "SpawnSafeRegressor() must augment with noise 0.1, like NoisyRegressor()"),
+        Case("other noise levels, before and after pickling", observe_picklable_levels, judge_picklable_levels),
+        Case("noise=0: only the model", observe_picklable_no_noise, judge_picklable),
+        Case("each module keeps its own noise, pickled or not", observe_own_noise, judge_own_noise),
+        Case("the same optimizer", observe_optimizer, judge_optimizer),
+    ],
+    "effective_batch": [
+        Case("every strategy of the table, with nodes and accumulation", observe_batch_strategies, judge_batch_strategies),
+        Case("positional arguments and defaults", observe_batch_positional, judge_batch_positional),
+        Case("other and removed strategies raise ValueError", observe_batch_strategy_names,
+             lambda d: judge_batch(d, ["ValueError"] * 9, [], d["cases"])),
+        Case("values below 1 raise ValueError, 1 is allowed", observe_batch_below_one, judge_batch_below_one),
+        Case("the linear scaling rule, as a float", observe_lr_rule, judge_lr_rule),
+    ],
 }

@@ -1,7 +1,10 @@
 """Hidden checks for lesson 7 (multi-GPU exercises as scripts). Never released.
 
-Both exercises are launched once per submission as 2-process scripts (the public and hidden cases
-share that launch); the hidden judges look closer at the same records.
+Both exercises are launched once per submission as 2-process scripts: the public and hidden cases
+share that launch (a launch costs seconds of start-up on every rank), and the hidden judges look
+closer at the same records. The drivers' inputs (gpucourse.checks.lesson07: AVERAGE_INPUTS,
+SYNCED_INPUTS) already differ from the text's picture: unequal shards per rank, a validation set
+DistributedSampler must pad, batches of unequal size, 3 epochs.
 """
 
 from gpucourse.checks import Case
@@ -9,6 +12,13 @@ from gpucourse.checks.ddp import judge_script_ran
 from gpucourse.checks.lesson07 import judge_synced_metric, observe_average_gradients, observe_synced_metrics
 
 
+# --- average_gradients ----------------------------------------------------------------------------
+# 1. after the call each parameter's .grad holds the mean of that gradient over all processes,
+#    exactly DDP's, at every step (shards of 8 and 5 rows)                  -> "the gradients equal DDP's" (+ public weights)
+# 2. called on every process: all processes end with the same weights      -> public "both ranks end with DDP's weights"
+# 3. a parameter whose .grad is None is left alone (stays None)            -> "parameters without a gradient"
+# 4. with torch.distributed and dist.get_world_size(): a constant 2 cannot be told apart with 2 processes,
+#    so this clause is taught, not graded.
 
 def judge_gradients_every_step(d):
     ran = judge_script_ran(d)
@@ -17,6 +27,8 @@ def judge_gradients_every_step(d):
     for rank, r in sorted(d["ranks"].items()):
         if r["world_size"] != 2:
             return f"rank {rank} saw world size {r['world_size']}"
+        if not r["grads_in_place"]:
+            return f"rank {rank}: after average_gradients a parameter's .grad is not a tensor of the parameter's shape"
         worst = max(r["grad_gaps"])
         if worst > 1e-6:
             step = r["grad_gaps"].index(worst)
@@ -24,9 +36,44 @@ def judge_gradients_every_step(d):
     return None
 
 
-def judge_max_error_everywhere(d):
+def judge_missing_gradients(d):
     ran = judge_script_ran(d)
-    return ran or judge_synced_metric(d, "val_max_error", "true_max_error")
+    if ran:
+        return ran
+    for rank, r in sorted(d["ranks"].items()):
+        for step, names in enumerate(r["no_grad"]):
+            if names != ["spare.bias", "spare.weight"]:
+                return (f"rank {rank}, step {step}: parameters without a gradient must keep .grad None; "
+                        f"afterwards these had none: {names}")
+    return None
+
+
+# --- synced_metrics -------------------------------------------------------------------------------
+# 1. "val_loss": the mean squared error over the whole validation set (or over the set as
+#    DistributedSampler pads it to equal shards), batches of unequal size  -> "val_loss over the whole set, every epoch"
+# 2. "val_max_error": the largest absolute error over the whole set         -> "val_max_error is the largest error"
+# 3. both with that value on every process, in trainer.callback_metrics     -> both of the above, per rank
+# 4. logged every validation epoch (each epoch's own values)                -> both of the above, per epoch
+# 5. make_trainer trains for max_epochs epochs                              -> "make_trainer passes max_epochs on"
+# 6. DDP over the processes torchrun started, identical weights             -> "the Trainer runs DDP" (+ public)
+# 7. on `accelerator`, with `devices` devices per machine                   -> "make_trainer passes accelerator and devices on"
+# 8. logger, checkpoints and progress bar off: advice for speed, not graded (no result depends on it).
+
+def judge_every_epoch(d, name, truths):
+    ran = judge_script_ran(d)
+    if ran:
+        return ran
+    for rank, r in sorted(d["ranks"].items()):
+        if len(r["per_epoch"]) != r["epochs"]:  # how many epochs ran is judged by "make_trainer passes max_epochs on"
+            return f"rank {rank} validated {len(r['per_epoch'])} time(s) in {r['epochs']} epochs"
+        for epoch, e in enumerate(r["per_epoch"]):
+            if name not in e["logged"]:
+                return f"rank {rank}, epoch {epoch}: no {name!r} in trainer.callback_metrics after validation"
+            got, want = e["logged"][name], [e[t] for t in truths]
+            if all(not abs(got - w) <= 1e-4 * max(1.0, abs(w)) for w in want):
+                return (f"rank {rank}, epoch {epoch}: {name} = {got:.4f}, but over that epoch's whole validation "
+                        f"set it is {want[0]:.4f}")
+    return judge_synced_metric(d, name, truths)
 
 
 def judge_trained_with_ddp(d):
@@ -34,19 +81,50 @@ def judge_trained_with_ddp(d):
     if ran:
         return ran
     for rank, r in sorted(d["ranks"].items()):
-        if r["strategy"] != "DDPStrategy":
-            return f"rank {rank} trained with {r['strategy']}, not DDP over the processes torchrun started"
-        if r["epochs"] != 2:
-            return f"rank {rank} stopped after {r['epochs']} epoch(s); make_trainer(max_epochs=2) must train 2"
+        if r["strategy"] != "DDPStrategy" or r["world_size"] != 2:
+            return (f"rank {rank} trained with {r['strategy']} in a world of {r['world_size']}, not DDP over the "
+                    "processes torchrun started")
+    return None
+
+
+def judge_max_epochs(d):
+    ran = judge_script_ran(d)
+    if ran:
+        return ran
+    for rank, r in sorted(d["ranks"].items()):
+        if r["epochs"] != r["max_epochs"]:
+            return f"rank {rank}: make_trainer(max_epochs={r['max_epochs']}) trained {r['epochs']} epoch(s)"
+        if r["probe"]["max_epochs"] != r["max_epochs"] + 4:
+            return f"rank {rank}: make_trainer(max_epochs={r['max_epochs'] + 4}) gave a Trainer with max_epochs={r['probe']['max_epochs']}"
+    return None
+
+
+def judge_accelerator_and_devices(d):
+    ran = judge_script_ran(d)
+    if ran:
+        return ran
+    for rank, r in sorted(d["ranks"].items()):
+        if r["num_devices"] != 2:
+            return f"rank {rank}: make_trainer(devices=2) gave a Trainer with {r['num_devices']} device(s)"
+        if r["probe"].get("gpu_without_gpus", "raised") != "raised":
+            return (f"rank {rank}: on a machine without GPUs, make_trainer(accelerator='gpu') built a Trainer anyway: "
+                    "it must use the accelerator it is given")
     return None
 
 
 HIDDEN = {
-    "average_gradients": [Case("the gradients equal DDP's after every step", observe_average_gradients,
-                               judge_gradients_every_step)],
+    "average_gradients": [
+        Case("the gradients equal DDP's after every step, with shards of unequal size", observe_average_gradients,
+             judge_gradients_every_step),
+        Case("parameters without a gradient keep .grad None", observe_average_gradients, judge_missing_gradients),
+    ],
     "synced_metrics": [
-        Case("val_max_error is the largest error over all ranks, on every rank", observe_synced_metrics,
-             judge_max_error_everywhere),
-        Case("the Trainer runs DDP for max_epochs", observe_synced_metrics, judge_trained_with_ddp),
+        Case("val_loss over the whole set, every epoch, every rank", observe_synced_metrics,
+             lambda d: judge_every_epoch(d, "val_loss", ("true_val_loss", "padded_val_loss"))),
+        Case("val_max_error is the largest error over all ranks, every epoch, every rank", observe_synced_metrics,
+             lambda d: judge_every_epoch(d, "val_max_error", ("true_max_error",))),
+        Case("the Trainer runs DDP over the processes torchrun started", observe_synced_metrics, judge_trained_with_ddp),
+        Case("make_trainer passes max_epochs on", observe_synced_metrics, judge_max_epochs),
+        Case("make_trainer passes accelerator and devices on", observe_synced_metrics, judge_accelerator_and_devices),
     ],
 }

@@ -1,4 +1,11 @@
-"""Hidden checks for the assessment quiz: the right letters, and a hint for a wrong one."""
+"""Hidden checks for the assessment quiz: the right letters, and a hint for a wrong one.
+
+What each question states, and the case that tests it:
+ 1. its answer is a str                                          -> "qN is one of a-d" (public), "qN: the answer"
+ 2. one of the letters a-d; case, and spaces, brackets or quotes
+    around it, do not matter (the notebook's intro)              -> "qN is one of a-d" (public), "qN: the answer"
+ 3. the right letter                                             -> "qN: the answer"
+"""
 
 from gpucourse.checks import Case
 from gpucourse.checks.quiz import QUESTIONS, judge_form, observe_answer

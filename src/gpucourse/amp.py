@@ -14,7 +14,6 @@ import hashlib
 import json
 import os
 import pickle
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -279,25 +278,23 @@ def autocast_dtype(device: torch.device | str, prefer: torch.dtype = torch.float
 
 def train_step_seconds(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, dtype: torch.dtype | None,
                        steps: int = 3) -> float:
-    """Median seconds of a training step in float32 (``dtype=None``) or under autocast to ``dtype``."""
+    """Mean seconds of ``steps`` training steps (after two warm-up steps) in float32 (``dtype=None``) or
+    under autocast to ``dtype``, timed by ``torch.utils.benchmark`` (gpucourse.timing)."""
+    from gpucourse.timing import seconds_per_call
+
     device_type = images.device.type
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
     scaler = torch.amp.GradScaler(device_type, enabled=dtype == torch.float16)
-    sync = torch.cuda.synchronize if device_type == "cuda" else (lambda: None)
-    times = []
-    for step in range(steps + 1):
-        sync()
-        start = time.perf_counter()
+
+    def step() -> None:
         optimizer.zero_grad(set_to_none=True)
         with torch.autocast(device_type, dtype=dtype or torch.float32, enabled=dtype is not None):
             loss = nn.functional.cross_entropy(model(images), labels)
         scaler.scale(loss).backward()
         scaler.step(optimizer)
         scaler.update()
-        sync()
-        if step:  # the first step warms up
-            times.append(time.perf_counter() - start)
-    return sorted(times)[len(times) // 2]
+
+    return seconds_per_call(step, calls=steps)
 
 
 FLOAT16_SMALLEST_SUBNORMAL = 2.0 ** -24  # the smallest positive float16; below half of it, a value rounds to 0

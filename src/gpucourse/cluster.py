@@ -253,7 +253,8 @@ def trainer_views_in_a_script(jobs: list[tuple[dict, int, int]], timeout: float 
 # The PyTorch side of "MirroredStrategy vs DDP": one process per device, each with its own copy of the
 # model and its own share of every batch; gradients are averaged by all-reduce during backward().
 DDP_SCRIPT = """\
-import json, os
+import json, os, sys
+from pathlib import Path
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
@@ -281,8 +282,10 @@ for epoch in range({epochs}):
         optimizer.step()
         seen += len(xb)
 checksum = sum(float(p.sum()) for p in model.parameters())
-print(json.dumps({{"rank": rank, "local_rank": int(os.environ["LOCAL_RANK"]), "world_size": world, "pid": os.getpid(),
-                  "samples_seen": seen, "last_loss": round(float(loss), 4), "weights_checksum": round(checksum, 6)}}))
+report = {{"rank": rank, "local_rank": int(os.environ["LOCAL_RANK"]), "world_size": world, "pid": os.getpid(),
+          "samples_seen": seen, "last_loss": round(float(loss), 4), "weights_checksum": round(checksum, 6)}}
+# each rank its own file, in the folder named on the command line: no rank's line can mix with another's
+(Path(sys.argv[1]) / f"rank{{rank}}.json").write_text(json.dumps(report))
 dist.destroy_process_group()
 """
 
@@ -291,20 +294,21 @@ def ddp_side_by_side(processes: int = 2, samples: int = 512, global_batch: int =
                      timeout: float = 180) -> list[dict]:
     """Train the lesson's small MLP with DDP in ``processes`` CPU processes (gloo), started by torchrun.
 
-    Returns one report per rank: its pid, how many samples it saw, and a checksum of its weights (the
-    same on every rank: the replicas stay identical because their gradients are averaged).
+    Returns one report per rank (``rank<N>.json``): its pid, how many samples it saw, and a checksum
+    of its weights (the same on every rank: the replicas stay identical because their gradients are
+    averaged). Launched by ``gpucourse.launch.torchrun``: out of time, no rank is left running.
     """
     import tempfile
     from pathlib import Path
 
+    from gpucourse.launch import read_rank_reports, torchrun
+
     with tempfile.TemporaryDirectory() as folder:
         script = Path(folder) / "ddp_mlp.py"
         script.write_text(DDP_SCRIPT.format(samples=samples, global_batch=global_batch, epochs=epochs))
-        env = {**os.environ, "OMP_NUM_THREADS": "1"}
-        done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
-                               f"--nproc-per-node={processes}", str(script)],
-                              capture_output=True, text=True, timeout=timeout, env=env, cwd=folder)
-    reports = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
-    if done.returncode != 0 or len(reports) != processes:
-        raise RuntimeError(f"torchrun failed (exit {done.returncode}):\n{done.stderr[-2000:]}")
-    return sorted(reports, key=lambda r: r["rank"])
+        launch = torchrun([str(script), folder], nproc=processes, timeout=timeout, cwd=folder)
+        reports = list(read_rank_reports(folder).values())
+    if launch.returncode != 0 or len(reports) != processes:
+        outcome = "timed out" if launch.timed_out else f"exit {launch.returncode}"
+        raise RuntimeError(f"torchrun failed ({outcome}):\n{launch.output[-2000:]}")
+    return reports

@@ -4,7 +4,7 @@
 thread and returns at once, like a CUDA kernel launch; ``synchronize`` waits for the queue, like
 ``torch.cuda.synchronize``. Timing it shows the classic mistake on any laptop (the right harness is
 the lesson's exercise, so it is not here); ``cuda_event_ms`` and ``torch.utils.benchmark`` time the
-real thing on a GPU. The diagnosis of "why is my GPU not
+real thing on a GPU (the course's helpers time with ``gpucourse.timing``). The diagnosis of "why is my GPU not
 available" is in ``gpucourse.doctor``.
 """
 
@@ -54,7 +54,11 @@ class AsyncDevice:
 
 
 def naive_seconds(run: Callable[[], object], repeats: int = 5) -> float:
-    """The classic mistake: a host clock around launches, no synchronization, no warm-up."""
+    """The classic mistake: a host clock around launches, no synchronization, no warm-up.
+
+    Kept by hand on purpose: it is what the lesson shows going wrong. Measure with
+    ``gpucourse.timing.seconds_per_call`` (``torch.utils.benchmark``) or ``cuda_event_ms``.
+    """
     start = time.perf_counter()
     for _ in range(repeats):
         run()

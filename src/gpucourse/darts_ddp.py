@@ -44,8 +44,10 @@ class RankReport(pl.Callback):
 
 
 def rank_reports(folder: str | os.PathLike) -> list[dict]:
-    """The reports ``RankReport`` wrote into ``folder``, by rank."""
-    return sorted((json.loads(p.read_text()) for p in Path(folder).glob("rank*.json")), key=lambda r: r["rank"])
+    """Every rank's report, in rank order (read by the course's one reader, gpucourse.launch)."""
+    from gpucourse.launch import read_rank_reports
+
+    return list(read_rank_reports(folder).values())
 
 
 def train(devices: int, epochs: int, accelerator: str = "cpu", threads: int | None = None) -> dict:

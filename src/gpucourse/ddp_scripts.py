@@ -3,7 +3,8 @@
 - ``regression_batch``: deterministic data where every rank gets its own shard of each step's batch;
 - ``TinyNet``: a small model with one layer that ``forward`` never uses (DDP must be told about it);
 - ``simulated_ranks``: data parallelism in one process, in plain Python, before the real thing;
-- ``torchrun``: launch a script or module on N processes, as on a GPU machine;
+- ``torchrun`` and ``read_rank_reports`` (from ``gpucourse.launch``): launch a script or module on N
+  processes, as on a GPU machine, and read the report each rank wrote;
 - ``python -m gpucourse.ddp_scripts``: a DDP training script (raw torch.distributed) that reports each
   rank's step time and a checksum of its weights, to run under torchrun on CPUs or GPUs.
 """
@@ -14,7 +15,6 @@ import argparse
 import copy
 import json
 import os
-import subprocess
 import sys
 import time
 from dataclasses import dataclass
@@ -22,6 +22,10 @@ from pathlib import Path
 
 import torch
 from torch import nn
+
+from gpucourse.launch import Launch, torchrun  # noqa: F401 (lesson 7 calls them from here: D.torchrun)
+from gpucourse.launch import gpu_per_rank, init_process_group
+from gpucourse.launch import read_rank_reports as _rank_reports
 
 FEATURES = 4
 TRUE_WEIGHTS = torch.tensor([1.5, -2.0, 0.5, 3.0])
@@ -84,34 +88,15 @@ def simulated_ranks(model: nn.Module, x: torch.Tensor, y: torch.Tensor, world_si
     return Simulation(full, torch.stack(grads).mean(0), grads)
 
 
-@dataclass
-class Launch:
-    returncode: int
-    output: str
-    seconds: float
-
-
-def torchrun(target: list[str], nproc: int = 2, timeout: float = 300, env: dict | None = None) -> Launch:
-    """Run ``torchrun --standalone --nproc-per-node=nproc <target...>`` (a script path and its arguments,
-    or ``["-m", "module", ...]``) with this Python; its exit code, output and wall time."""
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}", *target]
-    start = time.perf_counter()
-    done = subprocess.run(command, capture_output=True, text=True, timeout=timeout,
-                          env={**os.environ, "OMP_NUM_THREADS": "1", **(env or {})})
-    return Launch(done.returncode, done.stdout + done.stderr, time.perf_counter() - start)
-
-
 def read_rank_reports(folder: Path) -> list[dict]:
-    """The ``rank*.json`` files a run of this module's script wrote, in rank order."""
-    return [json.loads(p.read_text()) for p in sorted(Path(folder).glob("rank*.json"))]
+    """The ``rank<N>.json`` files a run of this module's script wrote, in rank order."""
+    return list(_rank_reports(folder).values())
 
 
 def train(steps: int, per_rank: int, hidden: int, out: Path) -> dict:
     """One rank of a DDP run: same initial weights everywhere, own shard each step, DDP averages gradients."""
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel as DDP
-
-    from gpucourse.checks.ddp_harness import gpu_per_rank, init_process_group
 
     device = init_process_group()
     rank, world = dist.get_rank(), dist.get_world_size()
@@ -123,6 +108,8 @@ def train(steps: int, per_rank: int, hidden: int, out: Path) -> dict:
     timings = []
     for step in range(steps):
         x, y = (t.to(device) for t in regression_batch(step, rank, world, per_rank))
+        # a host clock per step of a real run: each step differs (DDP's buckets, all-reduce with the other
+        # ranks), so it is timed as it happens, not repeated by a benchmark Timer; CUDA synchronized below
         start = time.perf_counter()
         optimizer.zero_grad()
         loss = loss_fn(model(x), y)

@@ -8,12 +8,13 @@ that is not a multiple leaves part of a tile (and of the GPU) doing padding work
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import nn
+
+from gpucourse.timing import seconds_per_call
 
 # Elements per dimension for full-speed tiles: 16 bytes of data (NVIDIA's "multiple of 8 for FP16").
 ALIGNMENT = {
@@ -106,22 +107,10 @@ def tf32_settings() -> dict[str, Any]:
 
 
 def matmul_tflops(m: int, n: int, k: int, dtype: torch.dtype, device: str, min_seconds: float = 0.3) -> float:
-    """TFLOP/s of an (m×k) @ (k×n) product: warm-up, synchronize, repeat for ``min_seconds``."""
+    """TFLOP/s of an (m×k) @ (k×n) product, timed by ``torch.utils.benchmark`` for ``min_seconds``."""
     a = torch.randn(m, k, device=device).to(dtype)
     b = torch.randn(k, n, device=device).to(dtype)
-    sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
-    for _ in range(3):
-        a @ b
-    sync()
-    calls, start = 0, time.perf_counter()
-    while True:
-        a @ b
-        calls += 1
-        if calls % 5 == 0:
-            sync()
-            elapsed = time.perf_counter() - start
-            if elapsed >= min_seconds:
-                return 2 * m * n * k * calls / elapsed / 1e12
+    return 2 * m * n * k / seconds_per_call(lambda: a @ b, min_seconds=min_seconds) / 1e12
 
 
 def alignment_benchmark(base: int, dtype: torch.dtype, device: str, offsets=(0, 1, 4, 7, 8),
@@ -133,18 +122,9 @@ def alignment_benchmark(base: int, dtype: torch.dtype, device: str, offsets=(0, 
 def activation_throughput(size: int, device: str = "cpu", min_seconds: float = 0.2) -> dict[str, float]:
     """Elements per second through ReLU, GELU, Tanh and Sigmoid on a tensor of ``size`` elements."""
     x = torch.randn(size, device=device)
-    sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
-    rates = {}
-    for name, fn in [("relu", torch.relu), ("gelu", nn.functional.gelu), ("tanh", torch.tanh), ("sigmoid", torch.sigmoid)]:
-        fn(x)
-        sync()
-        calls, start = 0, time.perf_counter()
-        while time.perf_counter() - start < min_seconds:
-            fn(x)
-            calls += 1
-        sync()
-        rates[name] = size * calls / (time.perf_counter() - start)
-    return rates
+    return {name: size / seconds_per_call(lambda: fn(x), min_seconds=min_seconds)
+            for name, fn in [("relu", torch.relu), ("gelu", nn.functional.gelu), ("tanh", torch.tanh),
+                             ("sigmoid", torch.sigmoid)]}
 
 
 # The seed's three cases, graded as sets of these codes per case.

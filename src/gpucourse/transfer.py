@@ -8,23 +8,17 @@ formats (channels-first NCHW vs channels-last NHWC) are measurable anywhere.
 
 from __future__ import annotations
 
-import time
-
 import torch
 from torch import nn
+
+from gpucourse.timing import seconds_per_call
 
 
 def copy_gbps(megabytes: int = 256, pinned: bool = False, repeats: int = 10) -> float:
     """Host-to-GPU bandwidth in GB/s from pageable or pinned memory (needs CUDA)."""
     host = torch.empty(megabytes << 20, dtype=torch.uint8, pin_memory=pinned)
     device = torch.empty_like(host, device="cuda")
-    device.copy_(host, non_blocking=pinned)
-    torch.cuda.synchronize()
-    start = time.perf_counter()
-    for _ in range(repeats):
-        device.copy_(host, non_blocking=pinned)
-    torch.cuda.synchronize()
-    return repeats * host.numel() / (time.perf_counter() - start) / 1e9
+    return host.numel() / seconds_per_call(lambda: device.copy_(host, non_blocking=pinned), calls=repeats) / 1e9
 
 
 def overlap_seconds(batches: int = 8, megabytes: int = 64, size: int = 2048, pinned: bool = True) -> float:
@@ -34,17 +28,18 @@ def overlap_seconds(batches: int = 8, megabytes: int = 64, size: int = 2048, pin
     stream, with pageable memory they cannot.
     """
     hosts = [torch.empty(megabytes << 20, dtype=torch.uint8, pin_memory=pinned) for _ in range(batches)]
-    a = torch.randn(size, size, device="cuda")
+    first = torch.randn(size, size, device="cuda")
     copy_stream = torch.cuda.Stream()
-    torch.cuda.synchronize()
-    start = time.perf_counter()
-    for host in hosts:
-        with torch.cuda.stream(copy_stream):
-            host.to("cuda", non_blocking=pinned)
-        a = a @ a
-        a = a / a.norm()
-    torch.cuda.synchronize()
-    return time.perf_counter() - start
+
+    def pipeline() -> None:
+        a = first
+        for host in hosts:
+            with torch.cuda.stream(copy_stream):
+                host.to("cuda", non_blocking=pinned)
+            a = a @ a
+            a = a / a.norm()
+
+    return seconds_per_call(pipeline, calls=1)
 
 
 def describe_layout(t: torch.Tensor) -> str:
@@ -60,15 +55,9 @@ def conv_seconds(channels_last: bool, batch: int = 16, channels: int = 64, size:
     fmt = torch.channels_last if channels_last else torch.contiguous_format
     conv = nn.Conv2d(channels, channels, 3, padding=1).to(device=device, dtype=dtype, memory_format=fmt)
     x = torch.randn(batch, channels, size, size, device=device, dtype=dtype).to(memory_format=fmt)
-    sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
-    times = []
-    with torch.no_grad():
-        conv(x)
-        sync()
-        total = time.perf_counter()
-        while time.perf_counter() - total < min_seconds or len(times) < 3:
-            start = time.perf_counter()
+
+    def forward() -> None:
+        with torch.no_grad():
             conv(x)
-            sync()
-            times.append(time.perf_counter() - start)
-    return sorted(times)[len(times) // 2]
+
+    return seconds_per_call(forward, min_seconds=min_seconds)

@@ -4,7 +4,9 @@ Taught in lesson 1, exercise 5, and lesson 7 (multi-GPU exercises as scripts). T
 exercise cell becomes ``student.py``; ``torchrun --standalone --nproc-per-node=2`` starts two ranks
 of ``gpucourse.checks.ddp_harness`` (gloo on CPU, NCCL when there are GPUs) on a free port; each
 rank runs the exercise's *driver* on the student's code and writes what it found to
-``rank<N>.json``; a judge then compares all ranks' files, not a line that rank 0 printed.
+``rank<N>.json``; a judge then compares all ranks' files, not a line that rank 0 printed. The launch
+and the reading are the lessons' own (``gpucourse.launch``): a launch that runs out of time takes
+every rank with it.
 """
 
 from __future__ import annotations
@@ -12,12 +14,10 @@ from __future__ import annotations
 import ast
 import inspect
 import json
-import os
-import signal
-import subprocess
-import sys
 import tempfile
 from pathlib import Path
+
+from gpucourse.launch import read_rank_reports, torchrun
 
 WORLD_SIZE = 2
 SCRIPT_TIMEOUT = 180  # seconds for the whole launch; collectives time out sooner (harness)
@@ -106,29 +106,11 @@ def _launch(source: str, world_size: int, driver: str, inputs=None) -> dict:
         (work / "student.py").write_text(source)
         if inputs is not None:
             (work / "inputs.json").write_text(json.dumps(inputs))
-        command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={world_size}",
-                   "-m", "gpucourse.checks.ddp_harness", str(work / "student.py"), str(work), driver]
-        env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
-        proc = subprocess.Popen(command, cwd=work, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                start_new_session=True, text=True, errors="replace")
-        try:
-            log, _ = proc.communicate(timeout=SCRIPT_TIMEOUT)
-            returncode = proc.returncode
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)  # the launcher and every rank
-            log, _ = proc.communicate()
-            returncode = "timeout"
-        except BaseException:
-            os.killpg(proc.pid, signal.SIGKILL)
-            raise
-        ranks = {}
-        for path in sorted(work.glob("rank*.json")):
-            try:
-                ranks[path.stem.removeprefix("rank")] = json.loads(path.read_text())
-            except (ValueError, OSError):
-                ranks[path.stem.removeprefix("rank")] = {"unreadable": True}
-    tail = "\n".join(line for line in log.splitlines() if line.strip())[-1500:]
-    return {"returncode": returncode, "ranks": ranks, "tail": tail}
+        launch = torchrun(["-m", "gpucourse.checks.ddp_harness", str(work / "student.py"), str(work), driver],
+                          nproc=world_size, timeout=SCRIPT_TIMEOUT, cwd=work)
+        ranks = {str(rank): report for rank, report in read_rank_reports(work, strict=False).items()}
+    tail = "\n".join(line for line in launch.output.splitlines() if line.strip())[-1500:]
+    return {"returncode": "timeout" if launch.timed_out else launch.returncode, "ranks": ranks, "tail": tail}
 
 
 def judge_script_ran(d: dict, world_size: int = WORLD_SIZE) -> str | None:

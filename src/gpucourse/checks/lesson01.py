@@ -110,8 +110,13 @@ register("choose_tools", Case("one known tool for each of a-f", observe_choices,
 
 # --- Exercise 5: processes that talk (run as a 2-process script) --------------------------
 
-def drive_average_across_ranks(ns):
-    """Each rank's part (run by ddp_harness under torchrun): shards for two sizes and one average."""
+def drive_average_across_ranks(ns, inputs=None):
+    """Each rank's part (run by ddp_harness under torchrun): shards for two sizes and one average; with
+    ``inputs`` (a check's generated ``{"shards": [[n, rank, world_size], ...], "tensors": [{"dtype",
+    "shape", "values": {rank: flat list}}, ...]}``) also ``shard_indices`` on each triple and one
+    average per tensor, each recorded with what it returned or raised."""
+    import numbers
+
     import torch
     import torch.distributed as dist
     from gpucourse.checks.ddp_harness import init_process_group
@@ -129,6 +134,30 @@ def drive_average_across_ranks(ns):
         "average": [float(v) for v in torch.as_tensor(average).detach().cpu().reshape(-1).tolist()],
         "input_unchanged": bool(torch.equal(x, before)),
     }
+    if inputs is not None:
+        calls = []
+        for n, r, w in inputs["shards"]:
+            try:
+                got = ns["shard_indices"](n, r, w)
+                items = list(got)
+                calls.append({"args": [n, r, w], "type": type(got).__name__, "is_list": isinstance(got, list),
+                              "ints": all(isinstance(i, numbers.Integral) and not isinstance(i, bool) for i in items),
+                              "indices": [int(i) for i in items]})
+            except Exception as error:  # one bad call is reported, the other calls still run
+                calls.append({"args": [n, r, w], "error": f"{type(error).__name__}: {error}"[:200]})
+        averages = []
+        for spec in inputs["tensors"]:
+            t = torch.tensor(spec["values"][str(rank)], dtype=getattr(torch, spec["dtype"])).reshape(spec["shape"]).to(device)
+            kept = t.clone()
+            try:
+                out = ns["average_across_ranks"](t)
+                averages.append({"is_tensor": isinstance(out, torch.Tensor), "same_object": out is t,
+                                 "shape": list(torch.as_tensor(out).shape),
+                                 "values": [float(v) for v in torch.as_tensor(out).detach().cpu().reshape(-1).tolist()],
+                                 "input_unchanged": bool(torch.equal(t, kept))})
+            except Exception as error:
+                averages.append({"error": f"{type(error).__name__}: {error}"[:200]})
+        record["generated"] = {"shards": calls, "averages": averages}
     dist.barrier()
     dist.destroy_process_group()
     return record

@@ -44,6 +44,8 @@ def observe_case_answers(ns):
 
     answers = answer(ns, "case_answers")
     out = {}
+    if any(type(case) is not int for case in answers):
+        return {"error": f"the case numbers must be ints 1, 2, 3, got {sorted(map(repr, answers))}"}
     for case, codes in answers.items():
         if isinstance(codes, (str, bytes)) or not hasattr(codes, "__iter__"):
             return {"error": f"case {case!r}: give a set of codes, not a {type(codes).__name__}"}

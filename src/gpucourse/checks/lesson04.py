@@ -12,10 +12,48 @@ from gpucourse.checks import Answer, Case, register
 ASSIGNMENT = "lesson04_mixed_precision"  # the course folder this module's exercises belong to
 
 
+def recording_scaler(record):
+    """A ``torch.amp.GradScaler`` subclass that calls ``record(call, tensor)`` for the student's calls:
+    ``("scale", loss)`` and ``("scaled", scaled loss)``, then ``("unscale_", None)``, ``("scaler.step", None)``,
+    ``("update", None)``. Public and hidden observers import it (``GradScaler.step`` unscales by itself:
+    only the student's own ``unscale_`` counts)."""
+    import torch
+
+    class RecordedScaler(torch.amp.GradScaler):
+        inside_step = False
+
+        def scale(self, outputs):
+            record("scale", outputs)
+            scaled = super().scale(outputs)
+            record("scaled", scaled)
+            return scaled
+
+        def unscale_(self, optimizer):
+            if not self.inside_step:
+                record("unscale_", None)
+            return super().unscale_(optimizer)
+
+        def step(self, optimizer, *args, **kwargs):
+            record("scaler.step", None)
+            self.inside_step = True
+            try:
+                return super().step(optimizer, *args, **kwargs)
+            finally:
+                self.inside_step = False
+
+        def update(self, new_scale=None):
+            record("update", None)
+            return super().update(new_scale)
+
+    return RecordedScaler
+
+
+
 def observe_training(ns):
     import torch
     from torch import nn
     from gpucourse.checks import answer
+    from gpucourse.checks.lesson04 import recording_scaler
 
     events = []
 
@@ -40,29 +78,13 @@ def observe_training(ns):
             events.append(("zero_grad",))
             return super().zero_grad(set_to_none)
 
-    class RecordedScaler(torch.amp.GradScaler):
-        def scale(self, outputs):
-            events.append(("scale", float(outputs.detach().float())))
-            return super().scale(outputs)
+    def record(call, tensor):  # the student's scale/unscale_/step/update calls, in order
+        if call == "scale":
+            events.append(("scale", float(tensor.detach().float())))
+        elif call != "scaled":
+            events.append((call,))
 
-        inside_step = False
-
-        def unscale_(self, optimizer):
-            if not self.inside_step:  # GradScaler.step unscales by itself; only the student's calls count
-                events.append(("unscale_",))
-            return super().unscale_(optimizer)
-
-        def step(self, optimizer, *args, **kwargs):
-            events.append(("scaler.step",))
-            self.inside_step = True
-            try:
-                return super().step(optimizer, *args, **kwargs)
-            finally:
-                self.inside_step = False
-
-        def update(self, new_scale=None):
-            events.append(("update",))
-            return super().update(new_scale)
+    RecordedScaler = recording_scaler(record)
 
     torch.manual_seed(0)
     centres = torch.randn(4, 3, 8, 8) * 2

@@ -121,8 +121,11 @@ def observe_loader_settings(ns):
     for key, value in settings.items():
         if not isinstance(value, dict):
             return {"error": f"scenario {key!r}: give a dict of settings"}
-        out[str(key)] = {"pin_memory": bool(value.get("pin_memory")), "num_workers": int(value.get("num_workers", -1)),
-                         "persistent_workers": bool(value.get("persistent_workers"))}
+        if not isinstance(key, str):
+            return {"error": f"scenario {key!r}: the scenario keys are the strs \"a\" to \"d\""}
+        out[key] = {name: {"type": type(value[name]).__name__ if name in value else "missing",
+                           "value": value[name] if type(value.get(name)) in (bool, int) else None}
+                    for name in ("pin_memory", "num_workers", "persistent_workers")}
     return out
 
 
@@ -131,11 +134,17 @@ def _judge_loader_form(d):
         return d["error"]
     if sorted(d) != ["a", "b", "c", "d"]:
         return f"answer scenarios a-d, got {sorted(d)}"
-    bad = [k for k, v in d.items() if v["num_workers"] < 0 or (v["persistent_workers"] and v["num_workers"] == 0)]
+    for key, settings in sorted(d.items()):
+        for name, want in (("pin_memory", "bool"), ("num_workers", "int"), ("persistent_workers", "bool")):
+            if settings[name]["type"] != want:
+                got = "nothing" if settings[name]["type"] == "missing" else f"a {settings[name]['type']}"
+                return f"scenario {key!r}: {name} must be a {want}, got {got}"
+    bad = [k for k, v in sorted(d.items()) if v["num_workers"]["value"] < 0
+           or (v["persistent_workers"]["value"] and v["num_workers"]["value"] == 0)]
     return f"scenario(s) {bad}: num_workers >= 0, and persistent_workers needs workers" if bad else None
 
 
-register("loader_settings", Case("settings for scenarios a-d", observe_loader_settings, _judge_loader_form),
+register("loader_settings", Case("scenarios a-d: the three settings each, of the types asked", observe_loader_settings, _judge_loader_form),
          answers=[Answer("loader_settings", "dict",
                          'a dict from each scenario key "a", "b", "c", "d" to a dict of its settings: '
                          '{"pin_memory": bool, "num_workers": int, "persistent_workers": bool}')],

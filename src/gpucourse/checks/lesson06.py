@@ -55,6 +55,19 @@ def describe(result):
     return {"kind": f"returned a {type(result).__name__}", "value": repr(result)[:80]}
 
 
+def devices_spec(devices):
+    """``devices`` as JSON data that keeps its type (a tuple, a set, a bool, a float...): ``[type, value]``."""
+    kind = type(devices).__name__
+    value = sorted(devices) if isinstance(devices, (set, frozenset)) else list(devices) if isinstance(devices, tuple) else devices
+    return [kind, value]
+
+
+def devices_from_spec(spec):
+    """The ``devices`` value ``devices_spec`` wrote."""
+    kind, value = spec
+    return {"tuple": tuple, "set": set}.get(kind, lambda v: v)(value)
+
+
 def observe_parse(ns, cases):
     from gpucourse.checks import answer
     from gpucourse.checks.lesson06 import describe, lightning_parser_switched_off
@@ -72,10 +85,17 @@ def observe_parse(ns, cases):
 
 def judge_parse(results, cases):
     from gpucourse.lightning_devices import lightning_device_ids
+    if len(results) != len(cases):
+        return "parse_devices was not called on every input"
+    if any(got["kind"] == "calls Lightning's parser" for got in results):
+        return "parse_devices calls Lightning's parser, which is switched off here: parse the value yourself"
     for (devices, available), got in zip(cases, results):
         want = describe(lightning_device_ids(devices, available))
         if got != want:
-            shown = {"list": lambda r: r["value"], "None": lambda r: None}.get(got["kind"], lambda r: got["kind"])(got)
+            if got["kind"].startswith("returned a ") and want["kind"] == "list":
+                return f"parse_devices({devices!r}, available={available}) {got['kind']}: return a list of ints"
+            shown = {"list": lambda r: r["value"], "None": lambda r: None}.get(
+                got["kind"], lambda r: f"{r['value']} ({r['kind']})" if "value" in r else r["kind"])(got)
             return f"parse_devices({devices!r}, available={available}) gave {shown!r}, but Lightning's parser says otherwise"
     return None
 
@@ -198,12 +218,21 @@ BATCH_CASES = [
 
 
 def observe_batch(ns, cases, lr_cases):
+    """Each case is keyword arguments (a dict) or positional ones (a list). A batch size is recorded as an
+    int only when it is an integer (``56.0`` is "returned a float"); a learning rate only when it is a float."""
+    import numbers
     from gpucourse.checks import answer
     effective_batch_size, scaled_learning_rate = answer(ns, "effective_batch_size"), answer(ns, "scaled_learning_rate")
+
+    def call(function, case):
+        return function(*case) if isinstance(case, list) else function(**case)
+
     results = []
     for case in cases:
         try:
-            results.append(effective_batch_size(**case))
+            got = call(effective_batch_size, case)
+            ok = isinstance(got, numbers.Integral) and not isinstance(got, bool)
+            results.append(int(got) if ok else f"returned a value of type {type(got).__name__} ({str(got)[:40]})")
         except ValueError:
             results.append("ValueError")
         except Exception as error:
@@ -211,7 +240,8 @@ def observe_batch(ns, cases, lr_cases):
     lrs = []
     for case in lr_cases:
         try:
-            lrs.append(float(scaled_learning_rate(**case)))
+            got = call(scaled_learning_rate, case)
+            lrs.append(float(got) if isinstance(got, float) else f"returned a value of type {type(got).__name__} ({str(got)[:40]})")
         except Exception as error:
             lrs.append(f"raised {type(error).__name__}")
     return {"batch": results, "lr": lrs}
@@ -220,14 +250,21 @@ def observe_batch(ns, cases, lr_cases):
 LR_CASES = [{"base_lr": 0.1, "base_batch_size": 256, "effective_batch_size": 1024}]
 
 
-def judge_batch(d, want_batch, want_lr, cases=None):
+def judge_batch(d, want_batch, want_lr, cases=None, lr_cases=None):
+    if len(d["batch"]) != len(want_batch) or len(d["lr"]) != len(want_lr):
+        return "not every case was run"
     for i, (got, want) in enumerate(zip(d["batch"], want_batch)):
         if got != want:
             where = f" for {cases[i]}" if cases else ""
+            if isinstance(got, str) and got.startswith("returned a ") and isinstance(want, int):
+                return f"effective_batch_size {got}{where}: it must return an int"
             return f"effective_batch_size gave {got!r}{where}; that is not the effective batch size"
-    for got, want in zip(d["lr"], want_lr):
-        if not isinstance(got, float) or abs(got - want) > 1e-9 * max(1, abs(want)):
-            return f"scaled_learning_rate gave {got!r}, not the linearly scaled rate"
+    for i, (got, want) in enumerate(zip(d["lr"], want_lr)):
+        where = f" for {lr_cases[i]}" if lr_cases else ""
+        if isinstance(got, str) and got.startswith("returned a "):
+            return f"scaled_learning_rate {got}{where}: it must return a float"
+        if not isinstance(got, float) or not abs(got - want) <= 1e-9 * max(1, abs(want)):
+            return f"scaled_learning_rate gave {got!r}{where}, not the linearly scaled rate"
     return None
 
 
@@ -237,7 +274,7 @@ def observe_batch_examples(ns):
 
 
 register("effective_batch", Case("the seed's examples and one with accumulation", observe_batch_examples,
-                                 lambda d: judge_batch(d, [56, 560, 256], [0.4], BATCH_CASES)),
+                                 lambda d: judge_batch(d, [56, 560, 256], [0.4], BATCH_CASES, LR_CASES)),
          answers=[Answer("effective_batch_size", "function",
                          "a function effective_batch_size(batch_size, devices, num_nodes=1, strategy=\"ddp\", "
                          "accumulate_grad_batches=1) returning samples per optimizer step, an int"),

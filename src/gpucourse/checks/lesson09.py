@@ -4,10 +4,12 @@
 same inputs wherever it runs, so judges never need the series). ``modern_trainer_kwargs`` is
 called on 2021-era ``pl_trainer_kwargs`` dicts; its answers are checked against the installed
 Lightning's ``Trainer`` signature, read from its source with ``ast`` (importing Lightning takes
-seconds).
+seconds). ``trainer_inputs`` generates such dicts from a seed, as plain data, for the grader's own cases.
 """
 
 from __future__ import annotations
+
+import functools
 
 from gpucourse.checks import Answer, Case, register
 
@@ -65,9 +67,13 @@ def observe_mape_cases(ns, cases):
         except Exception as error:  # an exception is an answer here: zeros must raise ValueError
             results.append({"error": type(error).__name__})
             continue
-        if isinstance(value, np.ndarray) and value.size == 1:
-            value = value.reshape(())[()]
-        results.append({"value": float(value)} if isinstance(value, numbers.Real) else {"type": type(value).__name__})
+        if isinstance(value, np.ndarray) and value.ndim == 0:
+            value = value[()]
+        if isinstance(value, numbers.Real) and not isinstance(value, bool):
+            results.append({"value": float(value)})
+        else:  # an array of shape (1,), a tensor, a list: not "a number"
+            shape = getattr(value, "shape", None)
+            results.append({"type": type(value).__name__ + (f" of shape {tuple(shape)}" if shape is not None else "")})
     return results
 
 
@@ -89,9 +95,13 @@ def observe_public_mape(ns):
 
 
 def judge_mape_results(results, expected) -> str | None:
-    """Compare recorded results with expected numbers (relative 1e-6) or exception names."""
+    """Compare recorded results with expected numbers (relative 1e-5) or exception names."""
     if len(results) != len(expected):
         return f"expected {len(expected)} results, got {len(results)}"
+
+    def close(a, b):  # relative 1e-5: a computation in float32 is as right as one in float64
+        return abs(a - b) <= 1e-5 * max(1.0, abs(b))
+
     for i, (got, want) in enumerate(zip(results, expected)):
         if isinstance(want, str):
             if got.get("error") != want:
@@ -99,8 +109,11 @@ def judge_mape_results(results, expected) -> str | None:
         elif "type" in got:
             return f"case {i}: return a number (a float), not a {got['type']}"
         elif "error" in got:
-            return f"case {i}: raised {got['error']}, expected a number"
-        elif not abs(got["value"] - want) <= 1e-6 * max(1.0, abs(want)):
+            return (f"case {i}: raised {got['error']}, but no actual value in the common span is 0 "
+                    f"(zeros elsewhere, or in the forecast, are no error)")
+        elif close(100 * got["value"], want) and not close(got["value"], want):
+            return f"case {i}: got {got['value']:.6g}: the MAPE is in percent, not a fraction"
+        elif not close(got["value"], want):
             return f"case {i}: got {got['value']:.6g}, which is not the MAPE of these two series"
     return None
 
@@ -114,6 +127,7 @@ register("mape", Case("three small cases: same span, a shorter forecast, a zero"
 
 # --- Exercise 2: modern_trainer_kwargs --------------------------------------------------------
 
+@functools.lru_cache(maxsize=None)  # one parse per process: several cases call it
 def trainer_parameters() -> list[str]:
     """The keyword arguments the installed ``pytorch_lightning.Trainer.__init__`` accepts, from its source."""
     import ast
@@ -128,6 +142,49 @@ def trainer_parameters() -> list[str]:
                     args = item.args
                     return sorted(a.arg for a in args.posonlyargs + args.args + args.kwonlyargs if a.arg != "self")
     raise RuntimeError(f"no Trainer.__init__ in {source}")
+
+
+def trainer_inputs(seed: int, count: int) -> list[dict]:
+    """``count`` random 2021-era ``pl_trainer_kwargs`` dicts (plain data), keys in random order: at most one of
+    ``gpus`` (ints, -1, lists, strings, 0, None), ``tpu_cores`` (an int or ``[i]``) and ``num_processes``; an
+    ``accelerator`` that agrees with it or none; ``auto_select_gpus`` with any value; a ``strategy``; other keys.
+    """
+    import random
+
+    rng = random.Random(seed)
+    others = {"max_epochs": [1, 30, 300], "precision": [16, 32, "bf16-true", "16-mixed"], "gradient_clip_val": [0.5, 1.0],
+              "enable_progress_bar": [False, True], "accumulate_grad_batches": [2, 4], "num_nodes": [1, 2],
+              "logger": [False], "deterministic": [True], "limit_train_batches": [0.25, 10], "callbacks": [[]]}
+    dicts = []
+    for _ in range(count):
+        items = []
+        device = rng.choice(["gpus", "gpus", "no gpu", "tpu int", "tpu core", "num_processes", "devices", None])
+        if device == "gpus":
+            items.append(("gpus", rng.choice([1, 2, 4, 8, -1, [0], [1, 3], [2, 0, 1], "0,1", "1,3", "0,1,2,3"])))
+            items += [("accelerator", "gpu")] if rng.random() < 0.3 else []
+        elif device == "no gpu":
+            items.append(("gpus", rng.choice([0, None])))
+            items += [("accelerator", "cpu")] if rng.random() < 0.3 else []
+        elif device == "tpu int":
+            items.append(("tpu_cores", rng.choice([1, 8])))
+            items += [("accelerator", "tpu")] if rng.random() < 0.3 else []
+        elif device == "tpu core":
+            items.append(("tpu_cores", [rng.randint(1, 8)]))
+            items += [("accelerator", "tpu")] if rng.random() < 0.3 else []
+        elif device == "num_processes":
+            items.append(("num_processes", rng.randint(1, 8)))
+            items += [("accelerator", rng.choice(["cpu", "gpu"]))] if rng.random() < 0.5 else []
+        elif device == "devices":
+            items += [("accelerator", rng.choice(["cpu", "gpu", "tpu"])), ("devices", rng.choice([1, 2, -1, [0]]))]
+        if rng.random() < 0.4:
+            items.append(("auto_select_gpus", rng.choice([True, False, None])))
+        if rng.random() < 0.5:
+            items.append(("strategy", rng.choice(["dp", "dp", "ddp", "ddp_spawn", "auto", "ddp_notebook"])))
+        for key in rng.sample(sorted(others), rng.randint(0, 3)):
+            items.append((key, rng.choice(others[key])))
+        rng.shuffle(items)
+        dicts.append(dict(items))
+    return dicts
 
 
 def observe_trainer_kwargs_cases(ns, inputs):
@@ -181,8 +238,24 @@ def judge_trainer_kwargs(results, inputs, expected) -> str | None:
         if got["rejected"]:
             return f"for {old}: today's pytorch_lightning.Trainer has no argument(s) {got['rejected']}"
         if got["result"] != want:
-            return f"for {old}: got {got['result']}, which does not follow the rules"
+            return f"for {old}: got {got['result']}, which does not follow {_broken_rule(old, got['result'], want)}"
     return None if len(results) == len(expected) else "missing results"
+
+
+def _broken_rule(old: dict, got: dict, want: dict) -> str:
+    """Which row of the rules' table a wrong result breaks, in the table's words (not the expected dict)."""
+    differ = {k for k in set(got) | set(want) if got.get(k, "<absent>") != want.get(k, "<absent>")}
+    if differ & {"accelerator", "devices"}:
+        if "gpus" in old:
+            return ("the rule for gpus=0 or gpus=None" if old["gpus"] is None or old["gpus"] == 0
+                    else "the rule for gpus=n (n not 0 or None)")
+        if "tpu_cores" in old:
+            return "the rule for tpu_cores=[i]" if isinstance(old["tpu_cores"], list) else "the rule for tpu_cores=n"
+        if "num_processes" in old:
+            return "the rule for num_processes=n"
+    if "strategy" in differ and old.get("strategy") == "dp":
+        return 'the rule for strategy="dp"'
+    return "the rule that any other key stays unchanged"
 
 
 register("modern_trainer_kwargs", Case("the seed's two dicts and gpus=2", observe_public_trainer_kwargs,

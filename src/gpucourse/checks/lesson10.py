@@ -3,11 +3,14 @@
 ``slurm_ranks`` is judged against what Lightning's ``SLURMEnvironment`` derives. The public case states
 those values from the job's shape (task t of a 2-node x 4-GPU job is global rank t, local rank t % 4,
 node t // 4); the grader's own cases compare with Lightning's rules, which are not in this package.
-``sbatch_for`` is judged by parsing the script as ``sbatch`` would: :func:`parse_sbatch`.
+``sbatch_for`` is judged by parsing the script as ``sbatch`` would (:func:`parse_sbatch`), and its launch
+line as ``srun`` and ``torchrun`` would: how many tasks each node runs, and that they run the command given
+(:func:`sbatch_problems`, one clause of the exercise per kind of problem).
 """
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 
@@ -22,8 +25,8 @@ def build_jobs(jobs: list) -> list[dict]:
     """Task environments for ``[(nodes, tasks_per_node, srun_environments kwargs, extra variables)]``."""
     from gpucourse.cluster import srun_environments
 
-    return [{**env, **extra} for nodes, per_node, options, extra in jobs
-            for env in srun_environments(nodes, per_node, **options)]
+    return [{k: v for k, v in {**env, **extra}.items() if v is not None}  # None in extra: a variable srun left out
+            for nodes, per_node, options, extra in jobs for env in srun_environments(nodes, per_node, **options)]
 
 
 def observe_ranks_for(ns, jobs, plain_extra=()):
@@ -61,9 +64,15 @@ def judge_ranks(expected_envs: list[dict], wants: list[dict | None], data) -> st
         if missing:
             return f"{task}: missing keys {missing}"
         wrong = [k for k in RANK_KEYS if got[k] != want[k]]
+        typed = [k for k in wrong if k != "main_address" and not isinstance(got[k], int)]
+        if typed:
+            return f"{task}: {', '.join(f'{k}={got[k]!r}' for k in typed)}: ranks and world size are ints"
+        if "main_address" in wrong:
+            return (f"{task}: main_address={got['main_address']!r} is not what Lightning derives"
+                    " (MASTER_ADDR when it is set, else the first host of SLURM_NODELIST)")
         if wrong:
             return (f"{task}: {', '.join(f'{k}={got[k]!r}' for k in wrong)} is not what Lightning derives"
-                    " (ranks are ints; read what srun set rather than computing it)")
+                    " (read what srun set rather than computing it)")
     return None
 
 
@@ -100,6 +109,14 @@ register("slurm_ranks", Case("every task of a 2-node × 4-GPU job, an interactiv
 
 SHORT = {"N": "nodes", "n": "ntasks", "G": "gpus", "c": "cpus-per-task", "t": "time", "J": "job-name",
          "o": "output", "e": "error", "p": "partition", "A": "account", "q": "qos", "C": "constraint"}
+ALIASES = {"tasks-per-node": "ntasks-per-node"}  # sbatch and srun accept both spellings
+# srun options that take no value when written without "=" (the others take the next word as theirs)
+SRUN_FLAGS = {"l", "u", "v", "Q", "O", "E", "H", "s", "X", "Z", "h", "label", "unbuffered", "verbose", "quiet",
+              "overcommit", "preserve-env", "exclusive", "kill-on-bad-exit", "overlap", "pty", "oversubscribe",
+              "disable-status", "no-kill", "multi-prog", "no-allocate", "spread-job", "test-only", "whole",
+              "contiguous", "hold", "immediate", "exact", "help", "usage", "K", "k", "I"}
+TORCHRUN_FLAGS = {"standalone", "no-python", "module", "m", "run-path", "virtual-local-rank"}
+PYTHON_FLAGS = {"-u", "-O", "-OO", "-B", "-E", "-s", "-S", "-I", "-b", "-bb", "-q", "-P"}
 
 
 def _options(tokens: list[str]) -> dict[str, str]:
@@ -113,7 +130,7 @@ def _options(tokens: list[str]) -> dict[str, str]:
             name, eq, value = token[2:].partition("=")
             if not eq and i + 1 < len(tokens) and not tokens[i + 1].startswith(("-", "#")):
                 value, i = tokens[i + 1], i + 1
-            found[name] = value
+            found[ALIASES.get(name, name)] = value
         elif token.startswith("-") and len(token) >= 2:
             name, value = SHORT.get(token[1], token[1]), token[2:].lstrip("=")
             if not value and i + 1 < len(tokens) and not tokens[i + 1].startswith(("-", "#")):
@@ -126,7 +143,8 @@ def _options(tokens: list[str]) -> dict[str, str]:
 def parse_sbatch(text: str) -> dict:
     """An sbatch script as sbatch reads it: shebang, the ``#SBATCH`` options before the first command, the body.
 
-    sbatch stops reading ``#SBATCH`` lines at the first line that is neither blank nor a comment.
+    sbatch stops reading ``#SBATCH`` lines at the first line that is neither blank nor a comment. Lines of
+    the body continued with a backslash are joined, as the shell reads them.
     """
     lines = text.splitlines()
     options, body, in_header = {}, [], True
@@ -140,7 +158,9 @@ def parse_sbatch(text: str) -> dict:
                     options["unparsable"] = line
             continue
         in_header = False
-        if stripped and not stripped.startswith("#"):
+        if body and body[-1].endswith("\\"):
+            body[-1] = body[-1][:-1].rstrip() + " " + stripped
+        elif stripped and not stripped.startswith("#"):
             body.append(stripped)
     return {"shebang": bool(lines) and lines[0].startswith("#!"), "options": options, "body": body}
 
@@ -164,42 +184,178 @@ def _per_node_gpus(options: dict) -> tuple[int | None, str | None]:
     return counts[0], None
 
 
-def judge_sbatch(request: dict, text) -> str | None:
-    """Is ``text`` an sbatch script for Lightning on ``request`` = {nodes, gpus, command}?"""
+def _expand(line: str, variables: dict) -> str:
+    """``$NAME`` and ``${NAME}`` replaced where ``variables`` knows them (the script's own and srun's)."""
+    return re.sub(r"\$\{?([A-Za-z_]\w*)\}?", lambda m: variables.get(m.group(1), m.group(0)), line)
+
+
+def _split(line: str) -> list[str] | None:
+    try:
+        return shlex.split(line, comments=True)
+    except ValueError:
+        return None
+
+
+def _program(words: list[str]) -> list[str]:
+    """``words`` without what only prefixes a command: ``exec``, ``time``, ``env``, ``NAME=value``."""
+    while words and (words[0] in ("exec", "time", "command", "nohup", "env")
+                     or re.fullmatch(r"[A-Za-z_]\w*=.*", words[0])):
+        words = words[1:]
+    return words
+
+
+def _split_options(words: list[str], flags: set) -> tuple[dict[str, str], list[str]]:
+    """A launcher's own options (``--opt=v``, ``--opt v``, ``-N 2``, flags) and the program after them."""
+    found, i = {}, 0
+    while i < len(words) and words[i].startswith("-") and words[i] != "-":
+        token = words[i]
+        if token.startswith("--"):
+            name, eq, value = token[2:].partition("=")
+            name = ALIASES.get(name.replace("_", "-"), name.replace("_", "-"))  # torchrun takes both
+        else:
+            name, value, eq = SHORT.get(token[1], token[1]), token[2:].lstrip("="), token[2:]
+        if not eq and name not in flags and i + 1 < len(words):
+            value, i = words[i + 1], i + 1
+        found[name] = value
+        i += 1
+    return found, words[i:]
+
+
+def _python_args(command: list[str]) -> list[str] | None:
+    """What follows ``python`` and its own flags in ``command`` (what torchrun is given), or None."""
+    if not command or not re.fullmatch(r"(.*/)?python[\d.]*", command[0]):
+        return None
+    rest = command[1:]
+    while rest and rest[0] in PYTHON_FLAGS:
+        rest = rest[1:]
+    return rest
+
+
+def _contains(words: list[str], part: list[str]) -> bool:
+    return any(words[i:i + len(part)] == part for i in range(len(words) - len(part) + 1))
+
+
+def _launch(words: list[str], command: list[str], nodes: int, gpus: int) -> dict:
+    """How a body line that runs ``command`` launches it: {"srun": srun's options, "kind", "problem"}."""
+    words = _program(words)
+    if not words or os.path.basename(words[0]) != "srun":
+        return {"kind": "once", "srun": {}, "problem": "runs once, on the first node only: launch it with srun"}
+    srun, program = _split_options(words[1:], SRUN_FLAGS)
+    program = _program(program)
+    if program[:len(command)] == command:
+        return {"kind": "lightning", "srun": srun, "problem": None}
+    if len(program) >= 3 and os.path.basename(program[0]) in ("bash", "sh") and "-c" in program[1:-1]:
+        inner = _split(program[program.index("-c") + 1]) or []
+        return {"kind": "lightning", "srun": srun,
+                "problem": None if _contains(inner, command) else "bash -c does not run the command as given"}
+    torch_run = (os.path.basename(program[0]) == "torchrun" if program else False) or (
+        _python_args(program[:1]) is not None and program[1:3] == ["-m", "torch.distributed.run"])
+    if not torch_run:
+        shown = " ".join(program[:len(command) + 1])
+        return {"kind": "lightning", "srun": srun,
+                "problem": f"srun must start the command itself, as given; this line starts {shown!r}"}
+    options, script = _split_options(program[1 if program[0].endswith("torchrun") else 3:], TORCHRUN_FLAGS)
+    after_python = _python_args(command)
+    if "no-python" in options:
+        wanted = command
+    elif after_python is not None and ("module" in options or "m" in options):
+        wanted = after_python[1:] if after_python[:1] == ["-m"] else None
+    else:
+        wanted = after_python if after_python is not None and after_python[:1] != ["-m"] else None
+    problems = []
+    if wanted is None or script[:len(wanted)] != wanted:
+        problems.append("torchrun does not start the command as given (it runs python itself: give it the"
+                        " script and its arguments, or --no-python and the whole command)")
+    if options.get("nnodes") not in (str(nodes), f"{nodes}:{nodes}"):
+        problems.append(f"torchrun --nnodes is {options.get('nnodes')!r}; it must be the number of nodes")
+    if options.get("nproc-per-node") not in (str(gpus), "gpu", "auto"):
+        problems.append(f"torchrun --nproc-per-node is {options.get('nproc-per-node')!r}: one worker per GPU")
+    rendezvous = (options.get("rdzv-endpoint") and options.get("rdzv-backend", "static") != "static") or (
+        options.get("master-addr") and "node-rank" in options)
+    if nodes > 1 and ("standalone" in options or not rendezvous):
+        problems.append("the torchruns of different nodes never meet: give them a rendezvous on one node"
+                        " (--rdzv-backend=c10d --rdzv-endpoint=<first node>:<port>)")
+    return {"kind": "torchrun", "srun": srun, "problem": problems[0] if problems else None}
+
+
+def sbatch_problems(request: dict, text) -> list[tuple[str, str]]:
+    """Everything wrong with ``text`` as an sbatch script for a Lightning job on ``request`` = {nodes, gpus,
+    command}, as (clause, message): clauses "text", "interpreter", "nodes", "tasks", "gpus", "launch"."""
     if text.startswith("<a "):
-        return f"return the script's text (a str), got {text[1:-1]}"
+        return [("text", f"return the script's text (a str), got {text[1:-1]}")]
     nodes, gpus, command = request["nodes"], request["gpus"], request["command"]
     job = f"{nodes} node(s) × {gpus} GPU(s)"
     script = parse_sbatch(text)
     options = script["options"]
+    problems = []
     if not script["shebang"]:
-        return "sbatch refuses a script whose first line is not an interpreter line (#!/bin/bash)"
+        problems.append(("interpreter", "sbatch refuses a script whose first line is not an interpreter line (#!/bin/bash)"))
     if "unparsable" in options:
-        return f"cannot read {options['unparsable']!r}"
-    if options.get("nodes") != str(nodes):
-        return f"{job}: --nodes is {options.get('nodes')!r}; it must be {nodes} (and equal Trainer(num_nodes=...))"
-    if options.get("ntasks-per-node") != str(gpus):
-        return (f"{job}: --ntasks-per-node is {options.get('ntasks-per-node')!r}: Lightning on SLURM needs one task"
-                " per GPU, and devices= must equal it")
-    if "ntasks" in options and options["ntasks"] != str(nodes * gpus):
-        return f"{job}: --ntasks={options['ntasks']} disagrees with nodes × tasks per node"
+        problems.append(("nodes", f"cannot read {options['unparsable']!r}"))
+    if options.get("nodes") not in (str(nodes), f"{nodes}-{nodes}"):
+        problems.append(("nodes", f"{job}: --nodes is {options.get('nodes')!r}; it must be {nodes} (and equal Trainer(num_nodes=...))"))
     count, problem = _per_node_gpus(options)
     if problem:
-        return f"{job}: {problem}"
-    if count != gpus:
-        return f"{job}: {count} GPU(s) requested per node"
-    launches = [line for line in script["body"] if command in line and line.split()[0] not in ("echo", "printf")]
+        problems.append(("gpus", f"{job}: {problem}"))
+    elif count != gpus:
+        problems.append(("gpus", f"{job}: {count} GPU(s) requested per node"))
+
+    # the variables a line of the body sees: srun's for the allocation, then the script's own assignments
+    per_node = options.get("ntasks-per-node") or ""
+    variables = {"SLURM_NNODES": str(nodes), "SLURM_JOB_NUM_NODES": str(nodes), "SLURM_NTASKS_PER_NODE": per_node,
+                 "SLURM_NTASKS": options.get("ntasks") or (str(nodes * int(per_node)) if per_node.isdigit() else ""),
+                 "SLURM_GPUS_ON_NODE": str(count or ""), "SLURM_GPUS_PER_NODE": str(count or "")}
+    variables["SLURM_NPROCS"] = variables["SLURM_NTASKS"]
+    wanted = _split(command) or [command]
+    after_python = _python_args(wanted)
+    tail = after_python[1:] if after_python and after_python[0] == "-m" else after_python
+    launches = []
+    for line in script["body"]:
+        assignment = re.fullmatch(r"(?:export\s+)?([A-Za-z_]\w*)=(.*)", line)
+        if assignment:
+            value = _split(_expand(assignment.group(2), variables))
+            variables[assignment.group(1)] = value[0] if value else ""
+            continue
+        words = _split(_expand(line, variables))
+        if words is None:
+            problems.append(("launch", f"cannot read {line!r}"))
+            continue
+        program = _program(words)
+        if not program or program[0] in ("echo", "printf", "cat", "#"):
+            continue
+        runs = _contains(words, wanted) or any(command in w for w in words if " " in w) or (
+            tail and _contains(words, tail) and any(w.endswith(("torchrun", "torch.distributed.run")) for w in words))
+        if runs:
+            launches.append((line, _launch(words, wanted, nodes, gpus)))
     if not launches:
-        return f"{job}: the command {command!r} is never run after the #SBATCH lines"
-    for line in launches:
-        words = line.split()
-        words = words[1:] if words[0] == "exec" else words
-        if words[0] != "srun":
-            return f"{job}: {line!r} runs once, on the first node only: launch it with srun"
-        srun = _options(shlex.split(line[line.index("srun") + 4:line.index(command)]))
-        if srun.get("ntasks-per-node", str(gpus)) != str(gpus) or srun.get("nodes", str(nodes)) != str(nodes):
-            return f"{job}: srun's own options in {line!r} change the number of tasks"
-    return None
+        problems.append(("launch", f"{job}: the command {command!r} is never run after the #SBATCH lines"))
+    for line, launch in launches:
+        if launch["problem"]:
+            problems.append(("launch", f"{job}: {line!r} {launch['problem']}" if launch["kind"] == "once"
+                             else f"{job}: {launch['problem']}"))
+
+    # how many tasks srun starts on each node: one per GPU (Lightning), one per node (torchrun starts the rest)
+    torchrun = bool(launches) and all(launch["kind"] == "torchrun" for _, launch in launches)
+    tasks = 1 if torchrun else gpus
+    why = ("under torchrun, srun starts one torchrun per node and torchrun starts the GPU workers" if torchrun
+           else "Lightning on SLURM needs one task per GPU, and devices= must equal it")
+    if options.get("ntasks-per-node") != str(tasks):
+        problems.append(("tasks", f"{job}: --ntasks-per-node is {options.get('ntasks-per-node')!r}: {why}"))
+    if "ntasks" in options and options["ntasks"] != str(nodes * tasks):
+        problems.append(("tasks", f"{job}: --ntasks={options['ntasks']} disagrees with nodes × tasks per node"))
+    for line, launch in launches:
+        srun = launch["srun"]
+        if (srun.get("ntasks-per-node", str(tasks)) != str(tasks) or srun.get("nodes", str(nodes)) not in (str(nodes), f"{nodes}-{nodes}")
+                or srun.get("ntasks", str(nodes * tasks)) != str(nodes * tasks)):
+            problems.append(("tasks", f"{job}: srun's own options in {line!r} change the number of tasks"))
+    return problems
+
+
+def judge_sbatch(request: dict, text) -> str | None:
+    """Is ``text`` an sbatch script for Lightning on ``request`` = {nodes, gpus, command}? Its first problem, or None."""
+    order = ("text", "interpreter", "nodes", "tasks", "gpus", "launch")
+    problems = sorted(sbatch_problems(request, text), key=lambda p: order.index(p[0]))
+    return problems[0][1] if problems else None
 
 
 PUBLIC_SBATCH = [{"nodes": 2, "gpus": 4, "command": "python train.py"},
@@ -216,11 +372,15 @@ def observe_sbatch_for(ns, requests):
     return texts
 
 
-def judge_sbatch_all(requests, texts) -> str | None:
-    if len(texts) != len(requests):
+def judge_sbatch_all(requests, texts, clauses=None) -> str | None:
+    """The first problem of ``texts`` (one per request), only of ``clauses`` when given."""
+    if not isinstance(texts, list) or len(texts) != len(requests):
         return "one script per request"
     for request, text in zip(requests, texts):
-        verdict = judge_sbatch(request, text)
+        if clauses is None:
+            verdict = judge_sbatch(request, text)
+        else:
+            verdict = next((m for c, m in sbatch_problems(request, text) if c in clauses or c == "text"), None)
         if verdict:
             return verdict
     return None

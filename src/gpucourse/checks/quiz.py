@@ -1,5 +1,8 @@
 """Public checks for the assessment quiz: each answer must be one of the offered letters.
 
+An answer is read as the notebook's intro says: upper or lower case, and spaces, brackets or quotes
+around the letter, do not matter ("C", " c ", "(c)" are all c); anything else is not a letter.
+
 Whether it is the right letter is for grading to say (the quiz's hidden checks), with a hint when it
 is not.
 """
@@ -22,7 +25,8 @@ def observe_answer(ns):
     for name in (f"q{n}" for n in range(1, 11)):
         if name in ns:
             problem = answer_problem(ns, name)
-            found[name] = {"problem": problem} if problem else ns[name].strip().lower()
+            # the letter as written, in either case, with spaces, brackets or quotes around it: "C", " c ", "(c)"
+            found[name] = {"problem": problem} if problem else ns[name].strip().lower().strip(" ()[]*.:'\"`")
     return found
 
 

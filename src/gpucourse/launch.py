@@ -1,0 +1,167 @@
+"""Starting a multi-process run and reading what its ranks wrote: one way for every lesson and check.
+
+Taught in lesson 7 (DDP as a script: ``python -m torch.distributed.run``, i.e. ``torchrun``, starts
+one process per device, each writes its own report) and lesson 10 (the same launch, as a cluster
+job would make it); lessons 1 and 7's script exercises are graded through it (gpucourse.checks.ddp).
+
+- ``torchrun``: ``torchrun --standalone --nproc-per-node=N`` with this Python: on timeout (or an
+  interrupt) the launcher and every rank are killed, with whatever they started, so no rank is left
+  behind holding a port, a GPU or a CPU core. Killing the launcher's process group is not enough:
+  torchrun starts each rank in a session (and process group) of its own, and a rank whose launcher
+  died goes on running.
+- ``read_rank_reports``: the ``rank<N>.json`` files the ranks wrote, by rank.
+- ``gpu_per_rank`` and ``init_process_group``: what each rank does first (NCCL with a GPU per rank,
+  else gloo).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+
+COLLECTIVE_TIMEOUT = timedelta(seconds=45)  # a rank that skips a collective fails the others by then
+
+
+@dataclass
+class Launch:
+    returncode: int | None  # None: killed at the timeout
+    output: str  # the launcher's and every rank's stdout and stderr, interleaved as written
+    seconds: float
+    timed_out: bool = False
+
+
+def _descendants(pid: int) -> set[int]:
+    """Every living process below ``pid``, from the parent links in /proc (psutil where there is none)."""
+    children: dict[int, list[int]] = {}
+    if os.path.isdir("/proc/self"):
+        for entry in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                with open(f"/proc/{entry}/stat") as stat:  # "pid (name) state ppid ...": a name may hold ")"
+                    parent = int(stat.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+            children.setdefault(parent, []).append(int(entry))
+    else:
+        try:
+            import psutil
+
+            return {child.pid for child in psutil.Process(pid).children(recursive=True)}
+        except Exception:  # no psutil, or the launcher is gone: its process group is all there is to kill
+            return set()
+    found, todo = set(), [pid]
+    while todo:
+        for child in children.get(todo.pop(), ()):
+            if child not in found:
+                found.add(child)
+                todo.append(child)
+    return found
+
+
+def _signal(pids, number: int) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, number)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+def _kill_tree(proc: subprocess.Popen) -> None:
+    """SIGKILL the launcher, every rank and what they started. Everything is stopped first (a stopped
+    process cannot start another, and a rank stays its launcher's child), then the process groups
+    they are in are killed (a rank's own group holds its workers), then every process found."""
+    tree, stopped = {proc.pid}, set()
+    while tree - stopped:  # stop from the top, look again for children started meanwhile
+        _signal(tree - stopped, signal.SIGSTOP)
+        stopped |= tree
+        tree |= _descendants(proc.pid)
+    groups = set()
+    for pid in tree:
+        try:
+            groups.add(os.getpgid(pid))
+        except (ProcessLookupError, PermissionError):
+            pass
+    for group in groups - {os.getpgrp()}:
+        try:
+            os.killpg(group, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+    _signal(tree, signal.SIGKILL)
+
+
+def torchrun(target: list[str], nproc: int = 2, timeout: float = 300, env: dict | None = None,
+             cwd: str | os.PathLike | None = None) -> Launch:
+    """Run ``torchrun --standalone --nproc-per-node=nproc <target...>`` (a script path and its arguments,
+    or ``["-m", "module", ...]``) with this Python; its exit code, output and wall time.
+
+    ``env`` is added to this process's environment (with ``OMP_NUM_THREADS=1``: N ranks on N cores
+    would otherwise each start a thread per core). On timeout every process of the launch is killed
+    and ``returncode`` is None.
+    """
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}", *target]
+    full_env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1", **(env or {})}
+    start = time.perf_counter()  # wall clock: what is timed is processes starting and running, not one call
+    proc = subprocess.Popen(command, cwd=cwd, env=full_env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, start_new_session=True, text=True, errors="replace")
+    timed_out = False
+    try:
+        output, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        timed_out = True
+        _kill_tree(proc)
+        output, _ = proc.communicate()
+    except BaseException:  # interrupted (a notebook's stop button, a check's alarm): no rank outlives it
+        _kill_tree(proc)
+        proc.wait()
+        raise
+    return Launch(None if timed_out else proc.returncode, output, time.perf_counter() - start, timed_out)
+
+
+_REPORT = re.compile(r"rank(\d+)\.json")
+
+
+def read_rank_reports(folder: str | os.PathLike, strict: bool = True) -> dict[int, object]:
+    """Every ``rank<N>.json`` in ``folder``, keyed by N (from the file's name), in rank order.
+
+    ``strict``: a file that is not JSON raises ValueError; otherwise it reads as ``{"unreadable": True}``
+    (a judge then says which rank failed instead of the grader failing).
+    """
+    found = {}
+    for path in Path(folder).iterdir():
+        match = _REPORT.fullmatch(path.name)
+        if match is None:
+            continue
+        try:
+            found[int(match.group(1))] = json.loads(path.read_text())
+        except (ValueError, OSError) as error:
+            if strict:
+                raise ValueError(f"{path}: not a rank report ({error})") from None
+            found[int(match.group(1))] = {"unreadable": True}
+    return dict(sorted(found.items()))
+
+
+def gpu_per_rank() -> bool:
+    """Whether every local rank can have a GPU of its own (NCCL refuses two ranks on one GPU)."""
+    import torch
+
+    return torch.cuda.is_available() and torch.cuda.device_count() >= int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+
+
+def init_process_group(timeout: timedelta = COLLECTIVE_TIMEOUT):
+    """Start torch.distributed for this rank: NCCL with one GPU per rank when there are enough, else
+    gloo; a collective that waits longer than ``timeout`` fails. Returns the rank's device."""
+    import torch
+    import torch.distributed as dist
+
+    use_cuda = gpu_per_rank()
+    if use_cuda:
+        torch.cuda.set_device(int(os.environ["LOCAL_RANK"]) % torch.cuda.device_count())
+    dist.init_process_group("nccl" if use_cuda else "gloo", timeout=timeout)
+    return torch.device("cuda") if use_cuda else torch.device("cpu")

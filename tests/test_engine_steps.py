@@ -1,0 +1,237 @@
+"""The grading engine's steps one at a time, notebook in and notebook out, on the quiz, no sandbox:
+
+- take_answers takes the answers and nothing else from a submission;
+- flag puts the flags and the reasons that void a submission on the notebook;
+- judge scores each test cell from observations (made here from the quiz's plain answers, as the
+  runner would report them), and zeroes every score of a forged submission, saying why;
+- save_grades and late_penalty write the gradebook; a submission stamped (timestamp.txt) after the
+  due date the course config sets gets nbgrader's LateSubmissionPlugin penalty in grades.csv, an
+  on-time or unstamped one none;
+- a regrade replaces one student's lines of flagged.txt and problems.txt and keeps everyone else's.
+
+The sandboxed step, observe, runs in tests/test_grading.py and tests/test_adversarial.py.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import shutil
+from pathlib import Path
+from unittest import mock
+
+import nbformat
+import pytest
+
+from conftest import COURSE, SOLUTIONS, nbgrader_meta
+
+import engine  # noqa: E402 - after conftest put autograders/ on the path
+import grade  # noqa: E402
+import record  # noqa: E402
+
+ASSIGNMENT = "quiz_gpu_data_parallel"
+RELEASED = COURSE / ASSIGNMENT / "quiz.ipynb"
+QUESTIONS = [f"q{n}" for n in range(1, 11)]
+
+
+def released():
+    return nbformat.reads(RELEASED.read_text(), as_version=4)
+
+
+def _cell(nb, grade_id: str):
+    return next(c for c in nb.cells if nbgrader_meta(c).get("grade_id") == grade_id)
+
+
+def reference_answers() -> dict[str, str]:
+    nb = nbformat.read(SOLUTIONS / ASSIGNMENT / "quiz.ipynb", as_version=4)
+    return {q: _cell(nb, q).source for q in QUESTIONS}
+
+
+def submit(folder: Path, student: str, answers: dict[str, str], timestamp: str | None = None, edit=None) -> Path:
+    """The released quiz with ``answers``, as ``folder/<student>/<assignment>/quiz.ipynb``."""
+    nb = released()
+    for grade_id, source in answers.items():
+        _cell(nb, grade_id).source = source
+    if edit is not None:
+        edit(nb)
+    path = folder / student / ASSIGNMENT / "quiz.ipynb"
+    path.parent.mkdir(parents=True)
+    nbformat.write(nb, path)
+    if timestamp is not None:
+        (path.parent / "timestamp.txt").write_text(timestamp)
+    return path
+
+
+def start(path: Path, student: str) -> tuple:
+    return released(), {"student": student, "assignment": ASSIGNMENT, "notebook": "quiz", "submitted": path,
+                        "checks": engine.load_checks(ASSIGNMENT)}
+
+
+def observe_here(nb, resources):
+    """What ``observe`` finds, without a sandbox, for answers that are plain values (the quiz's): the
+    answer cells run here, then every case's observer; its records go through ``apply_records``."""
+    namespace, records = {}, []
+    for index, cell in enumerate(resources["plan"].cells):
+        if cell["grade_id"]:
+            try:
+                exec(cell["source"], namespace)
+                error = None
+            except Exception as exc:
+                error = f"{type(exc).__name__}: {exc}"
+            records.append({"type": "cell", "index": index, "output": "", "error": error})
+    for named in engine.cases_of(nb, resources["checks"], ASSIGNMENT).values():
+        for case_id, case in named:
+            data = json.loads(json.dumps(case.observe(namespace)))
+            records.append({"type": "observation", "case": case_id, "ok": True, "data": data})
+    engine.apply_records(nb, resources, records)
+    return nb, resources
+
+
+STEPS_HERE = (engine.take_answers, engine.flag, observe_here, engine.judge)
+
+
+def test_take_answers_takes_only_the_answers(tmp_path):
+    def tamper(nb):
+        _cell(nb, "test_q1").source = "print('all good')"
+        _cell(nb, "q2_question").source = "## 2. an easier question"
+
+    path = submit(tmp_path, "ada", {"q1": 'q1 = "c"'}, edit=tamper)
+    nb, resources = engine.take_answers(*start(path, "ada"))
+    assert _cell(nb, "q1").source == 'q1 = "c"'
+    assert _cell(nb, "test_q1").source == _cell(released(), "test_q1").source
+    assert _cell(nb, "q2_question").source == _cell(released(), "q2_question").source
+    assert _cell(nb, "q2").source == _cell(released(), "q2").source  # unanswered: the release's stub
+    assert resources["answers"]["q1"] == 'q1 = "c"'
+    assert not any(c.get("outputs") for c in nb.cells if c.cell_type == "code")
+    assert any("test_q1: changed" in f for f in resources["plan"].flags)
+
+
+def test_flag_puts_flags_and_forgery_on_the_notebook(tmp_path):
+    path = submit(tmp_path, "ada", {"q1": "import atexit\nq1 = 'c'"})
+    nb, resources = engine.take_answers(*start(path, "ada"))
+    resources["plan"].forgery = ["imports the course's checks"]
+    nb, resources = engine.flag(nb, resources)
+    assert nb.metadata["gpucourse"]["forgery"] == ["imports the course's checks"]
+    assert "imports the course's checks" in resources["flags"] and resources["forgery"] == nb.metadata["gpucourse"]["forgery"]
+    assert any(f.startswith("answer q1: hard exits") for f in _cell(nb, "q1").metadata["gpucourse"]["flags"])
+    assert "gpucourse" not in _cell(nb, "q2").metadata
+
+
+def test_judge_scores_each_test_cell(tmp_path):
+    answers = {**reference_answers(), "q2": 'q2 = "a"'}
+    nb, resources = engine.run(*start(submit(tmp_path, "ada", answers), "ada"), STEPS_HERE)
+    assert resources["scores"] == {f"test_{q}": (0.0 if q == "q2" else 1.0) for q in QUESTIONS}
+    assert resources["max_scores"] == {f"test_{q}": 1.0 for q in QUESTIONS}
+    right, wrong = _cell(nb, "test_q1"), _cell(nb, "test_q2")
+    assert [o.output_type for o in right.outputs] == ["stream"] and right.outputs[0].text.startswith("✓")
+    assert [o.output_type for o in wrong.outputs] == ["stream", "error"] and "✗ hidden check:" in wrong.outputs[0].text
+    assert wrong.metadata["gpucourse"] == {"score": 0.0, "max_score": 1.0}
+    nbformat.validate(nb)
+
+
+def test_judge_zeroes_every_score_of_a_forgery(tmp_path):
+    nb, resources = engine.run(*start(submit(tmp_path, "ada", reference_answers()), "ada"), STEPS_HERE[:1])
+    resources["plan"].forgery = ["patches gpucourse.checks", "imports the hidden checks"]
+    nb, resources = engine.run(nb, resources, STEPS_HERE[1:])
+    assert set(resources["scores"].values()) == {0.0}
+    for test, lines in resources["report"].items():
+        assert lines[0] == "scored 0: patches gpucourse.checks; imports the hidden checks", test
+        assert _cell(nb, test).outputs[-1].output_type == "error"
+
+
+def test_a_run_without_observations_scores_zero(tmp_path):
+    nb, resources = engine.run(*start(submit(tmp_path, "ada", reference_answers()), "ada"), STEPS_HERE[:2])
+    nb, resources = engine.judge(nb, resources)  # observe never reported (the sandbox died first)
+    assert set(resources["scores"].values()) == {0.0}
+    assert all("no observation" in line for lines in resources["report"].values() for line in lines)
+
+
+@pytest.fixture(scope="module")
+def quiz_gradebook(tmp_path_factory) -> Path:
+    """A gradebook that knows the quiz's cells, as generate_assignment leaves it (copied per test)."""
+    import nbgrader.api
+    from nbgrader.api import Gradebook
+
+    path = tmp_path_factory.mktemp("gradebook") / "gradebook.db"
+    # a new gradebook is stamped with the schema version the `alembic` command reports (seconds to
+    # start it); this one is never upgraded, so it goes unstamped
+    with mock.patch.object(nbgrader.api, "get_alembic_version", lambda: "unstamped"):
+        with Gradebook(f"sqlite:///{path}") as gb:
+            gb.add_assignment(ASSIGNMENT)
+            gb.add_notebook("quiz", ASSIGNMENT)
+            for cell in released().cells:
+                meta = nbgrader_meta(cell)
+                if meta.get("grade"):
+                    gb.add_grade_cell(meta["grade_id"], "quiz", ASSIGNMENT, max_score=meta["points"], cell_type=cell.cell_type)
+                if meta.get("solution"):
+                    gb.add_solution_cell(meta["grade_id"], "quiz", ASSIGNMENT)
+    return path
+
+
+def test_late_penalty_through_nbgrader_plugin(tmp_path, quiz_gradebook):
+    from course import load_config
+
+    work = tmp_path / "nbgrader"
+    work.mkdir()
+    shutil.copy(quiz_gradebook, work / "gradebook.db")
+    config = load_config(root=work, db=work / "gradebook.db", source="source", release="release")
+    assert config.LateSubmissionPlugin.penalty_method == "zero"  # the course's policy (nbgrader_config.py)
+    config.DueDates.duedates = {ASSIGNMENT: "2026-10-05 23:59:00 Europe/Berlin", "not_graded_now": "tomorrow?"}
+    grade.set_due_dates(record.db_url(work), grade.due_dates(config, [ASSIGNMENT]))
+
+    stamps = {"late": "2026-10-06 09:00:00.000000 UTC", "on-time": "2026-10-05 21:00:00.000000 UTC",
+              "unstamped": None, "garbled": "yesterday-ish"}
+    logs, found = tmp_path / "logs", {}
+    for student, stamp in stamps.items():
+        path = submit(work / "submitted", student, reference_answers(), timestamp=stamp)
+        nb, resources = engine.run(*start(path, student), STEPS_HERE)
+        nb, resources = engine.run(nb, {**resources, "work": work, "logs": logs, "config": config}, record.STEPS)
+        found[student] = resources
+    assert (work / "autograded" / "late" / ASSIGNMENT / "quiz.ipynb").exists()
+
+    assert found["late"]["seconds_late"] == pytest.approx(11 * 3600 + 60)  # Berlin is UTC+2 in October
+    assert found["late"]["late_penalty"] == 10
+    assert "late: 39660 s after the due date; penalty 10 point(s)" in (logs / f"late__{ASSIGNMENT}.log").read_text()
+    assert all(found[s]["late_penalty"] == 0 and found[s]["seconds_late"] == 0 for s in ("on-time", "unstamped", "garbled"))
+    assert "timestamp.txt holds no timestamp (ignored)" in found["garbled"]["flags"]
+
+    grade.export(config, tmp_path / "grades.csv")
+    with open(tmp_path / "grades.csv") as handle:
+        rows = {r["student_id"]: r for r in csv.DictReader(handle)}
+    assert rows["late"]["duedate"].startswith("2026-10-05 21:59:00")
+    assert (float(rows["late"]["raw_score"]), float(rows["late"]["late_submission_penalty"]), float(rows["late"]["score"])) == (10, 10, 0)
+    for student in ("on-time", "unstamped", "garbled"):
+        assert (float(rows[student]["late_submission_penalty"]), float(rows[student]["score"])) == (0, 10)
+
+
+def test_a_due_date_nbgrader_cannot_read_stops_grading():
+    from course import load_config
+
+    config = load_config()
+    config.DueDates.duedates = {ASSIGNMENT: "the fifth of October"}
+    with pytest.raises(SystemExit, match="not a date nbgrader reads"):
+        grade.due_dates(config, [ASSIGNMENT])
+
+
+def test_a_regrade_keeps_everyone_elses_lines(tmp_path):
+    flagged = tmp_path / "flagged.txt"
+    flagged.write_text("ada/quiz: old flag\nbob/quiz: answer q1: patches builtins\nbo/quiz: x\n")
+    grade.merge_lines(flagged, ["ada/lesson01: new flag"], "ada", sort=True)
+    assert flagged.read_text() == "ada/lesson01: new flag\nbo/quiz: x\nbob/quiz: answer q1: patches builtins\n"
+    grade.merge_lines(flagged, [], "bob", sort=True)  # bob's flags are gone: his regrade found none
+    assert flagged.read_text() == "ada/lesson01: new flag\nbo/quiz: x\n"
+    problems = tmp_path / "problems.txt"
+    problems.write_text("stray/x: unknown assignment\nada/-: not a folder\n")
+    grade.merge_lines(problems, [], "ada")
+    assert problems.read_text() == "stray/x: unknown assignment\n"
+    grade.merge_lines(problems, ["new/-: whole batch"], None)  # a whole class graded: written afresh
+    assert problems.read_text() == "new/-: whole batch\n"
+
+
+def test_submissions_that_launch_scripts_are_graded_first(tmp_path):
+    lesson = "lesson01_processes_threads"
+    for student, source in (("reference", SOLUTIONS), ("unanswered", COURSE)):
+        shutil.copytree(source / lesson, tmp_path / "submitted" / student / lesson)
+    order = grade.longest_first(tmp_path, [("unanswered", lesson), ("reference", lesson)],
+                                lambda aid: COURSE / aid / "processes_threads.ipynb")
+    assert order == [("reference", lesson), ("unanswered", lesson)]
