@@ -68,7 +68,7 @@ def one_common_month():
             _case(0, [2.5], 0, [3.0])]
 
 
-def negatives():
+def with_negative_actuals():
     """Negative actual values: the absolute value of the whole ratio (clause 5)."""
     return [_case(0, [-10.0, -20.0, 5.0], 0, [-12.0, -10.0, 10.0]),
             _case(0, [-4.0, 8.0, -2.0, 1.0], 1, [4.0, -2.0])]
@@ -81,7 +81,7 @@ MAPE_SETS = {
     "zeros elsewhere": zeros_elsewhere(),
     "by date": by_date(),
     "one common month": one_common_month(),
-    "negatives": negatives(),
+    "negatives": with_negative_actuals(),
 }
 
 

@@ -104,7 +104,7 @@ class Exercise:
     """Everything the course says about one exercise, declared once by ``register`` in its lesson's
     check module: the answer cell's grade id (``name``), the test cell that grades it (``test_id``),
     its points, its kind, the answers the checks read and the public cases. Hidden cases are added by
-    name in ``autograders/checks/<assignment>.py``; the notebook's test cell, the classroom's fixtures
+    name by the instructors' grader; the notebook's test cell, the classroom's fixtures
     and the README's table of exercises follow from this."""
     name: str
     assignment: str
