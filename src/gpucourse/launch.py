@@ -73,15 +73,16 @@ def _signal(pids, number: int) -> None:
             pass
 
 
-def _kill_tree(proc: subprocess.Popen) -> None:
-    """SIGKILL the launcher, every rank and what they started. Everything is stopped first (a stopped
-    process cannot start another, and a rank stays its launcher's child), then the process groups
-    they are in are killed (a rank's own group holds its workers), then every process found."""
-    tree, stopped = {proc.pid}, set()
+def kill_tree(pid: int) -> None:
+    """SIGKILL the launcher ``pid``, every rank and what they started. Everything is stopped first (a
+    stopped process cannot start another, and a rank stays its launcher's child), then the process
+    groups they are in are killed (a rank's own group holds its workers; never this process's own),
+    then every process found."""
+    tree, stopped = {pid}, set()
     while tree - stopped:  # stop from the top, look again for children started meanwhile
         _signal(tree - stopped, signal.SIGSTOP)
         stopped |= tree
-        tree |= _descendants(proc.pid)
+        tree |= _descendants(pid)
     groups = set()
     for pid in tree:
         try:
@@ -115,10 +116,10 @@ def torchrun(target: list[str], nproc: int = 2, timeout: float = 300, env: dict 
         output, _ = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
         timed_out = True
-        _kill_tree(proc)
+        kill_tree(proc.pid)
         output, _ = proc.communicate()
     except BaseException:  # interrupted (a notebook's stop button, a check's alarm): no rank outlives it
-        _kill_tree(proc)
+        kill_tree(proc.pid)
         proc.wait()
         raise
     return Launch(None if timed_out else proc.returncode, output, time.perf_counter() - start, timed_out)

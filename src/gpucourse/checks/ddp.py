@@ -6,7 +6,8 @@ of ``gpucourse.checks.ddp_harness`` (gloo on CPU, NCCL when there are GPUs) on a
 rank runs the exercise's *driver* on the student's code and writes what it found to
 ``rank<N>.json``; a judge then compares all ranks' files, not a line that rank 0 printed. The launch
 and the reading are the lessons' own (``gpucourse.launch``): a launch that runs out of time takes
-every rank with it.
+every rank with it. While grading, the same launch forks its launcher and ranks from a clean copy of
+the runner instead of starting Pythons (``forked_launch``): same harness, environment and reports.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import json
 import tempfile
 from pathlib import Path
 
+from gpucourse.checks import forked_launch
 from gpucourse.launch import read_rank_reports, torchrun
 
 WORLD_SIZE = 2
@@ -106,8 +108,12 @@ def _launch(source: str, world_size: int, driver: str, inputs=None) -> dict:
         (work / "student.py").write_text(source)
         if inputs is not None:
             (work / "inputs.json").write_text(json.dumps(inputs))
-        launch = torchrun(["-m", "gpucourse.checks.ddp_harness", str(work / "student.py"), str(work), driver],
-                          nproc=world_size, timeout=SCRIPT_TIMEOUT, cwd=work)
+        target = [str(work / "student.py"), str(work), driver]
+        if forked_launch.available():  # grading: ranks forked from the runner's clean copy, no Python started
+            launch = forked_launch.launch(target, nproc=world_size, timeout=SCRIPT_TIMEOUT, cwd=str(work))
+        else:
+            launch = torchrun(["-m", "gpucourse.checks.ddp_harness", *target], nproc=world_size,
+                              timeout=SCRIPT_TIMEOUT, cwd=work)
         ranks = {str(rank): report for rank, report in read_rank_reports(work, strict=False).items()}
     tail = "\n".join(line for line in launch.output.splitlines() if line.strip())[-1500:]
     return {"returncode": "timeout" if launch.timed_out else launch.returncode, "ranks": ranks, "tail": tail}

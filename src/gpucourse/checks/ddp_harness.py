@@ -7,6 +7,11 @@ namespace the student's source ran in (and ``OUT/inputs.json``, when the check w
 argument) and returns this rank's record (plain data), written to
 ``OUT/rank<RANK>.json``. Drivers that use torch.distributed directly start the process group with
 ``init_process_group()`` (the lessons' own, from gpucourse.launch); Lightning drivers let the Trainer start it.
+
+A rank protects what it observes as the runner does (gpucourse.checks.runner): the student's source
+runs with the modules of ``gpucourse.checks`` closed, and whatever it or the student's functions
+patch in the course, torch, Lightning, numpy or the standard library is put back before the driver
+runs and again before the record is written.
 """
 
 from __future__ import annotations
@@ -22,13 +27,27 @@ from gpucourse.launch import COLLECTIVE_TIMEOUT, gpu_per_rank, init_process_grou
 
 
 def main(student: str, out: str, driver: str) -> None:
+    from gpucourse.checks import runner
+
     module, function = driver.split(":")
     drive = getattr(importlib.import_module(module), function)
-    namespace = {"__name__": "student"}
-    exec(compile(Path(student).read_text(), student, "exec"), namespace)
     inputs = Path(out, "inputs.json")  # what the case generated for the driver, when it did
-    record = drive(namespace, json.loads(inputs.read_text())) if inputs.is_file() else drive(namespace)
-    Path(out, f"rank{os.environ['RANK']}.json").write_text(json.dumps(record))
+    given = json.loads(inputs.read_text()) if inputs.is_file() else None
+    dumps, write = json.dumps, Path(out, f"rank{os.environ['RANK']}.json").write_text
+    gate = runner.Gate()  # the snapshot holds what is loaded now: the driver's module and what it imported
+    gate.close()
+    taken = runner.Snapshot(closed=gate.modules)
+    namespace = {"__name__": "student"}
+    try:
+        exec(compile(Path(student).read_text(), student, "exec"), namespace)
+    finally:
+        taken.restore()
+        gate.open()
+    try:
+        record = drive(namespace) if given is None else drive(namespace, given)
+    finally:
+        taken.restore()  # the student's functions ran inside the driver
+    write(dumps(record))
 
 
 if __name__ == "__main__":

@@ -22,7 +22,9 @@ Why it looks like this:
   package itself stays, with ``check`` only saying that the grader runs the checks;
 - the observers run with the environment and import path of the snapshot, without the working
   folder: a module the student wrote there is not what an observer imports;
-- observations leave as JSON, never pickle; judging happens in the grader's process.
+- observations leave as JSON, never pickle; judging happens in the grader's process;
+- multi-process exercises fork their launcher and ranks from a copy of this process taken before
+  the first cell (``forked_launch``), instead of starting a Python and importing torch per rank.
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ import sys
 import traceback
 import types
 
-from gpucourse.checks import AnswerError
+from gpucourse.checks import AnswerError, forked_launch
 
 # Top-level packages whose loaded modules are snapshotted, besides the standard library's.
 SCOPE = ("gpucourse", "torch", "lightning", "lightning_fabric", "pytorch_lightning", "numpy")
@@ -357,6 +359,7 @@ def main(fd: int) -> None:
         channel.flush()
 
     import_course()
+    forked_launch.start(close=(fd,))  # graded launches fork from this clean state, before any cell runs
     gate = Gate()
     gate.close()
     while_cells = Snapshot(closed=gate.modules)  # the gate is part of what every cell's restore puts back

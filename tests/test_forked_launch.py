@@ -1,0 +1,147 @@
+"""Graded launches forked from the runner's clean copy (gpucourse.checks.forked_launch) and the rank
+harness that runs the student's script in them (gpucourse.checks.ddp_harness): same reports as
+torchrun, no rank left behind at a timeout, and what the student's source patches or imports does
+not reach the driver.
+
+The launches run in one fresh Python, one after another, as a submission's cases run in the runner
+(the copy is forked from a process with one thread, as the runner is when it starts; pytest's own
+process may hold threads by then)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="forking the launcher needs Linux")
+
+# A driver as the lessons' drivers are: it runs in every rank on the namespace the student's source ran in.
+DRIVER = '''
+import json, os
+import torch
+import torch.distributed as dist
+import gpucourse.launch
+from gpucourse.checks.ddp_harness import init_process_group
+
+
+def drive(ns, inputs=None):
+    init_process_group()
+    value = torch.tensor([float(ns["contribution"](dist.get_rank()))])
+    dist.all_reduce(value)
+    dist.destroy_process_group()
+    return {"rank": dist.get_rank() if dist.is_initialized() else int(os.environ["RANK"]),
+            "world": int(os.environ["WORLD_SIZE"]), "total": value.item(),
+            "dumps_is_real": json.dumps({"a": 1}) == '{"a": 1}',
+            "helper_is_real": gpucourse.launch.read_rank_reports.__module__ == "gpucourse.launch"
+                              and gpucourse.launch.read_rank_reports.__name__ == "read_rank_reports",
+            "inputs": inputs}
+'''
+
+LAUNCH = """
+import json, os, sys, time
+scenarios = json.loads(sys.argv[1])
+sys.path.insert(0, scenarios[0]["folder"])
+from gpucourse.checks import runner, forked_launch
+runner.import_course()
+import test_driver
+from gpucourse.launch import read_rank_reports, _descendants
+assert forked_launch.start(), "the copy did not start"
+results = {}
+for scenario in scenarios:
+    folder = scenario["folder"]
+    started = time.perf_counter()
+    result = forked_launch.launch([folder + "/student.py", folder, "test_driver:drive"], nproc=2,
+                                  timeout=scenario["timeout"], cwd=folder)
+    time.sleep(0.3)
+    results[scenario["name"]] = {"returncode": result.returncode, "timed_out": result.timed_out,
+                                 "output": result.output[-3000:], "seconds": time.perf_counter() - started,
+                                 "ranks": {str(k): v for k, v in read_rank_reports(folder, strict=False).items()},
+                                 "left": sorted(_descendants(forked_launch._ZYGOTE["pid"]))}
+print(json.dumps(results))
+"""
+
+# name -> (the student's source, launch timeout in seconds, inputs.json or None)
+SCENARIOS = {
+    "reports": ("def contribution(rank):\n    return rank + 1\n", 120, {"sizes": [5, 3]}),
+    "patches": ("""
+        import json, gpucourse.launch
+        json.dumps = lambda *a, **k: "forged"                  # what a record is written with
+        gpucourse.launch.read_rank_reports = lambda *a, **k: {}  # a course helper
+        def contribution(rank):
+            return 1.0
+    """, 120, None),
+    "imports_checks": ("""
+        from gpucourse.checks import lesson07
+        def contribution(rank):
+            return 1.0
+    """, 120, None),
+    "raises": ("""
+        def contribution(rank):
+            raise ValueError("no contribution from rank %d" % rank)
+    """, 120, None),
+    "out_of_time": ("""
+        import subprocess, sys, time
+        subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])  # as a loader worker would
+        time.sleep(600)
+        def contribution(rank):
+            return 1.0
+    """, 8, None),
+}
+
+
+@pytest.fixture(scope="module")
+def launched(tmp_path_factory) -> dict:
+    """Every scenario, launched one after another from one copy (as the runner launches a submission's cases)."""
+    scenarios = []
+    for name, (source, timeout, inputs) in SCENARIOS.items():
+        folder = tmp_path_factory.mktemp(name)
+        (folder / "test_driver.py").write_text(DRIVER)
+        (folder / "student.py").write_text(textwrap.dedent(source))
+        if inputs is not None:
+            (folder / "inputs.json").write_text(json.dumps(inputs))
+        scenarios.append({"name": name, "folder": str(folder), "timeout": timeout})
+    done = subprocess.run([sys.executable, "-c", LAUNCH, json.dumps(scenarios)], capture_output=True, text=True,
+                          timeout=600, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_every_rank_reports_as_under_torchrun(launched):
+    result = launched["reports"]
+    assert result["returncode"] == 0, result["output"]
+    assert sorted(result["ranks"]) == ["0", "1"]
+    for rank, report in result["ranks"].items():
+        assert report["world"] == 2 and report["total"] == 3.0  # 1 + 2, summed over both ranks
+        assert report["inputs"] == {"sizes": [5, 3]}
+
+
+def test_what_the_source_patches_does_not_reach_the_driver(launched):
+    result = launched["patches"]
+    assert result["returncode"] == 0, result["output"]
+    for report in result["ranks"].values():
+        assert report["dumps_is_real"] and report["helper_is_real"], report
+
+
+def test_the_checks_cannot_be_imported_from_the_source(launched):
+    result = launched["imports_checks"]
+    assert result["returncode"] not in (0, None)
+    assert "not available while grading" in result["output"], result["output"]
+    assert result["ranks"] == {}
+
+
+def test_a_failing_rank_shows_its_traceback(launched):
+    result = launched["raises"]
+    assert result["returncode"] not in (0, None)
+    assert "ValueError: no contribution from rank" in result["output"], result["output"]
+
+
+def test_a_launch_out_of_time_leaves_nothing_behind(launched):
+    result = launched["out_of_time"]
+    assert result["timed_out"] and result["returncode"] is None
+    assert result["left"] == [], "a launcher, rank or their child outlived the launch"
+    assert result["seconds"] < 60
