@@ -2,7 +2,8 @@
 
 For the course (the repository): every assignment in ``solutions/`` is registered in
 ``autograders/gradebook.db`` (its notebooks, cells and points, as ``nbgrader generate_assignment``
-records them; generated in a temporary root, so ``course/`` is never written), and every release in
+records them; generated in a temporary root, so ``course/`` is never written) with the due dates of
+the course config (``c.DueDates.duedates``), and every release in
 ``course/`` is published to the course's exchange, ``exchange/`` (gitignored; the course's
 nbgrader_config.py points ``Exchange.root`` there). Formgrader then lists each assignment as
 *released*, with its points, and shows no exchange warning. Nothing is redone when nothing changed.
@@ -19,6 +20,7 @@ import sys
 from pathlib import Path
 
 from course import COURSE, ROOT, SOLUTIONS, api, assignments, generated, load_config
+from grade import due_dates, set_due_dates
 
 GRADEBOOK = ROOT / "autograders" / "gradebook.db"
 
@@ -39,11 +41,13 @@ def register(solutions: Path = SOLUTIONS, db: Path = GRADEBOOK) -> list[str]:
     written = db.stat().st_mtime if db.exists() else 0.0
     stale = [aid for aid in ids if aid not in known
              or any(p.stat().st_mtime > written for p in (solutions / aid).rglob("*") if p.is_file())]
-    if not stale:
-        return []
-    with generated(solutions, stale, db=db):
-        pass  # the gradebook is what this is for; the release is thrown away
-    db.touch()
+    if stale:
+        with generated(solutions, stale, db=db):
+            pass  # the gradebook is what this is for; the release is thrown away
+    # the course config's due dates (c.DueDates.duedates), as `make grade` writes them: Formgrader shows them
+    set_due_dates(f"sqlite:///{db}", due_dates(load_config(), ids))
+    if stale:
+        db.touch()
     return stale
 
 

@@ -204,6 +204,25 @@ def test_late_penalty_through_nbgrader_plugin(tmp_path, quiz_gradebook):
         assert (float(rows[student]["late_submission_penalty"]), float(rows[student]["score"])) == (0, 10)
 
 
+def test_formgrader_shows_the_configured_due_dates(tmp_path, quiz_gradebook, monkeypatch):
+    """`make formgrader` writes the course config's due dates into the course gradebook, as `make grade` does."""
+    import formgrader
+    from course import load_config
+    from nbgrader.api import Gradebook
+
+    db = tmp_path / "gradebook.db"
+    shutil.copy(quiz_gradebook, db)
+    config = load_config()
+    config.DueDates.duedates = {ASSIGNMENT: "2026-10-05 23:59:00 Europe/Berlin"}
+    monkeypatch.setattr(formgrader, "load_config", lambda: config)
+    monkeypatch.setattr(formgrader, "assignments", lambda solutions: [ASSIGNMENT])
+    registered = []
+    monkeypatch.setattr(formgrader, "generated", lambda solutions, ids, db: registered.append(ids) or mock.MagicMock())
+    formgrader.register(db=db)
+    with Gradebook(f"sqlite:///{db}") as gradebook:
+        assert str(gradebook.find_assignment(ASSIGNMENT).duedate).startswith("2026-10-05 21:59:00")
+
+
 def test_a_due_date_nbgrader_cannot_read_stops_grading():
     from course import load_config
 
