@@ -22,7 +22,7 @@ pytestmark = pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="fo
 
 # A driver as the lessons' drivers are: it runs in every rank on the namespace the student's source ran in.
 DRIVER = '''
-import json, os
+import json, os, sys
 import torch
 import torch.distributed as dist
 import gpucourse.launch
@@ -39,7 +39,7 @@ def drive(ns, inputs=None):
             "dumps_is_real": json.dumps({"a": 1}) == '{"a": 1}',
             "helper_is_real": gpucourse.launch.read_rank_reports.__module__ == "gpucourse.launch"
                               and gpucourse.launch.read_rank_reports.__name__ == "read_rank_reports",
-            "inputs": inputs}
+            "inputs": inputs, "argv": sys.argv[1:]}
 '''
 
 LAUNCH = """
@@ -118,6 +118,7 @@ def test_every_rank_reports_as_under_torchrun(launched):
     for rank, report in result["ranks"].items():
         assert report["world"] == 2 and report["total"] == 3.0  # 1 + 2, summed over both ranks
         assert report["inputs"] == {"sizes": [5, 3]}
+        assert report["argv"][2] == "test_driver:drive" and report["argv"][0].endswith("student.py")  # as torchrun passes them
 
 
 def test_what_the_source_patches_does_not_reach_the_driver(launched):

@@ -95,6 +95,7 @@ def _rank(target: list[str]) -> None:
     """One rank, as ``python -m gpucourse.checks.ddp_harness STUDENT OUT DRIVER`` would run it."""
     from gpucourse.checks import ddp_harness
 
+    sys.argv = [ddp_harness.__file__, *target]  # what the script sees under torchrun
     try:
         ddp_harness.main(*target)
     except BaseException:  # the traceback a started rank would print (torchrun shows the rank's stderr)
