@@ -22,7 +22,9 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import os
+import queue
 import shutil
 import sys
 import tempfile
@@ -183,10 +185,23 @@ def sandboxed(work: Path, pairs: list[tuple[str, str]], released, hide: list[Pat
     ``preload``: fork each sandbox from a preloaded Python per worker (engine.Preloads; ``preloads``
     when the caller started them ahead) instead of starting Python and importing torch for every submission."""
     isolate = sandbox.namespaces_available()
+    # one user per sandbox running at a time (sandbox.Limits.user): a fork bomb exhausts its own processes only
+    free = queue.SimpleQueue()
+    for user in sandbox.users(jobs) if sandbox.probe().method == "namespaces" else [limits.user] * jobs:
+        free.put(user)
+
+    def one(student: str, aid: str, preloads) -> engine.Graded:
+        user = free.get()
+        try:
+            return engine.grade_submission(work, student, aid, released(aid), hide, dataclasses.replace(limits, user=user),
+                                           isolate, preloads)
+        finally:
+            free.put(user)
+
     own = engine.Preloads() if preload and preloads is None else contextlib.nullcontext(preloads if preload else None)
     with own as preloads, ThreadPoolExecutor(max_workers=jobs) as pool:  # every worker done before the preloaded Pythons stop
-        futures = {pool.submit(engine.grade_submission, work, student, aid, released(aid), hide, limits, isolate,
-                               preloads): (student, aid) for student, aid in longest_first(work, pairs, released)}
+        futures = {pool.submit(one, student, aid, preloads): (student, aid)
+                   for student, aid in longest_first(work, pairs, released)}
         for future in as_completed(futures):
             student, aid = futures[future]
             try:

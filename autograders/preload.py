@@ -133,25 +133,26 @@ def _check(result: int, what: str) -> None:
         raise OSError(error, f"{what}: {os.strerror(error)}")
 
 
-def _drop_privileges(processes: int) -> None:
-    """What ``setpriv --reuid=nobody --regid=nobody --clear-groups --no-new-privs --inh-caps=-all``
-    and ``prlimit --nproc`` do; refuses to go on if any capability is left."""
+def _drop_privileges(processes: int, user: int = NOBODY) -> None:
+    """What ``setpriv --reuid=USER --regid=USER --clear-groups --no-new-privs --inh-caps=-all``
+    and ``prlimit --nproc`` do (USER: nobody, or another free uid, sandbox.Limits.user); refuses to go
+    on if any capability is left."""
     libc = _libc()
     _check(libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
     os.setgroups([])
-    os.setresgid(NOBODY, NOBODY, NOBODY)
-    os.setresuid(NOBODY, NOBODY, NOBODY)
+    os.setresgid(user, user, user)
+    os.setresuid(user, user, user)
     header = (ctypes.c_uint32 * 2)(LINUX_CAPABILITY_VERSION_3, 0)
     data = (ctypes.c_uint32 * 6)()  # effective, permitted, inheritable, twice: all empty
     _check(libc.capset(header, data), "capset")
     status = dict(line.split(":", 1) for line in open("/proc/self/status") if ":" in line)
     left = [k for k in ("CapInh", "CapPrm", "CapEff", "CapAmb") if int(status.get(k, "0").strip(), 16)]
-    if left or os.getuid() != NOBODY or os.getgid() != NOBODY or os.getgroups():
+    if left or os.getuid() != user or os.getgid() != user or os.getgroups():
         raise SystemExit(f"preload: privileges not dropped ({', '.join(left) or 'ids'})")
     resource.setrlimit(resource.RLIMIT_NPROC, (processes, processes))
 
 
-def _isolate(script: str, processes: int) -> None:
+def _isolate(script: str, processes: int, user: int = NOBODY) -> None:
     """New namespaces; the child of this process becomes PID 1 of the new PID namespace and returns,
     as ``nobody`` in /mnt; this process waits for it and exits as it did (``unshare --fork --kill-child``)."""
     libc = _libc()
@@ -169,7 +170,7 @@ def _isolate(script: str, processes: int) -> None:
     if mounts.returncode != 0:
         os._exit(mounts.returncode & 0xFF or 1)
     os.chdir("/mnt")
-    _drop_privileges(processes)
+    _drop_privileges(processes, user)
     _check(libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "pdeathsig")  # a change of user clears it
 
 
@@ -181,7 +182,7 @@ def _child(request: dict, fds: list[int], started: int, base_path: list[str]) ->
     for number in (signal.SIGCHLD, signal.SIGTERM, signal.SIGHUP, signal.SIGALRM):
         signal.signal(number, signal.SIG_DFL)
     if request["isolate"]:
-        _isolate(request["script"], limits.processes)
+        _isolate(request["script"], limits.processes, limits.user)
     else:
         os.chdir(request["workdir"])
     os.environ.clear()

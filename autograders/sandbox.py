@@ -48,6 +48,10 @@ class Limits:
     cpu_seconds: int = 900
     memory_bytes: int = 6 << 30  # address space; torch's CUDA build maps ~2 GB just importing
     processes: int = 256  # per user, threads included: bounds a fork bomb; workers, ranks and their threads fit
+    # Under ``namespaces``, the user the code runs as. RLIMIT_NPROC counts every process of a user, so
+    # sandboxes that run at the same time each need their own (``users``), as Nix's build users do:
+    # otherwise one student's fork bomb leaves the other sandboxes of the batch no process to start.
+    user: int = NOBODY
     file_bytes: int = 256 << 20
     output_bytes: int = 1 << 20  # kept; anything beyond is counted and dropped
 
@@ -152,6 +156,24 @@ def namespaces_available() -> bool:
     return bool(isolation)
 
 
+def users(count: int) -> list[int]:
+    """``count`` users for sandboxes that run at the same time: ``nobody``, then the uids just below it
+    that no account holds (Debian reserves 65000-65533 and never allocates them)."""
+    import pwd
+
+    found = [NOBODY]
+    for uid in range(NOBODY - 1, 65000, -1):
+        if len(found) >= count:
+            break
+        try:
+            pwd.getpwuid(uid)
+        except KeyError:
+            found.append(uid)
+    if len(found) < count:
+        raise ValueError(f"no {count} free user ids below {NOBODY} for {count} sandboxes at a time")
+    return found
+
+
 def _limit_resources(limits: Limits):
     def apply() -> None:
         os.setsid()
@@ -235,7 +257,7 @@ def _isolated_command(command: list[str], workdir: Path, hide: list[Path], limit
     script = _mount_script(workdir, hide) + [
         "cd /mnt",
         "exec setpriv --reuid={0} --regid={0} --clear-groups --no-new-privs --inh-caps=-all "
-        "prlimit --nproc={1} -- {2}".format(NOBODY, limits.processes, shlex.join(command)),
+        "prlimit --nproc={1} -- {2}".format(limits.user, limits.processes, shlex.join(command)),
     ]
     return ["unshare", "--net", "--mount", "--pid", "--ipc", "--fork", "--kill-child", "--mount-proc", "--",
             "sh", "-c", "\n".join(script)]
@@ -389,9 +411,9 @@ def run(command: list[str], workdir: Path, *, env: dict[str, str] | None = None,
     env = env if env is not None else {"PATH": os.defpath}
     notes = []
     if method == "namespaces":
-        os.chown(workdir, NOBODY, NOBODY)
+        os.chown(workdir, limits.user, limits.user)
         for path in workdir.rglob("*"):
-            os.chown(path, NOBODY, NOBODY, follow_symlinks=False)
+            os.chown(path, limits.user, limits.user, follow_symlinks=False)
     elif not method:
         why = "; ".join(probe().missing) or "isolation was turned off"
         notes.append(f"not isolated (limits and process-group kill only): {why}")

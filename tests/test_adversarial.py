@@ -272,8 +272,9 @@ def _attacks(paths: dict[str, Path]) -> dict[str, dict]:
                            "max": zero, "flag": "hard exits"},
         "background_child": {"nb": unanswered(parallel_map=f"import subprocess, sys\nsubprocess.Popen([sys.executable, '-c', 'import time; time.sleep(900)', '{MARKER}'], start_new_session=True)"),
                              "max": zero},
+        # its processes die with its cell (runner.kill_strays), and count against its own user only
         "fork_bomb": {"nb": answered(choose_tools="import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass"),
-                      "max": {"test_choose_tools": 0}},
+                      "max": {"test_choose_tools": 0}, "exact": {t: 2 for t in TESTS if t != "test_choose_tools"}},
         "memory_blowup": {"nb": answered(parallel_map="hog = bytearray(200 << 30)"), "max": {"test_parallel_map": 0}, "exact": others_full},
         "infinite_loop": {"nb": answered(parallel_map="while True:\n    pass"), "max": {"test_parallel_map": 0}, "exact": others_full},
         "ignores_every_signal": {"nb": answered(parallel_map="import signal\nfor s in (signal.SIGINT, signal.SIGTERM, signal.SIGALRM):\n    signal.signal(s, signal.SIG_IGN)\nwhile True:\n    pass"),

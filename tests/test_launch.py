@@ -38,7 +38,8 @@ def test_timeout_leaves_no_rank_behind(tmp_path):
         import os, subprocess, sys, time
         # a grandchild too, as a data-loader worker would be
         subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)", "{marker}"])
-        print("rank", os.environ["RANK"], "sleeping", flush=True)
+        # one write per line: two ranks share the pipe, and print() writes its pieces one by one
+        os.write(1, ("rank " + os.environ["RANK"] + " sleeping" + chr(10)).encode())
         time.sleep(600)
     """))
     started = time.perf_counter()

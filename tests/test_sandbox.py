@@ -16,6 +16,7 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -164,6 +165,46 @@ def test_fork_bomb_is_bounded(tmp_path, launch):
     time.sleep(0.5)
     # the machine is fine: this test process can still start one
     assert _run(tmp_path, "print('still fine')", launch, isolate=True).output.strip() == "still fine"
+
+
+def test_sandboxes_at_once_each_have_their_own_processes(tmp_path):
+    """A fork bomb at its process limit in one sandbox; a sandbox running beside it, as the grader's
+    other worker would, still starts its threads and processes (its own user: sandbox.users)."""
+    if sandbox.probe().method != "namespaces":
+        pytest.skip("one user per sandbox needs root (namespaces); bubblewrap maps every sandbox to your user")
+    bomber, neighbour = sandbox.users(2)
+    assert bomber != neighbour
+    bomb = threading.Thread(target=_run, args=(tmp_path, """
+        import os
+        while True:
+            try:
+                os.fork()
+            except OSError:
+                pass
+    """), kwargs={"isolate": True, "wall_seconds": 8, "processes": 64, "user": bomber})
+    bomb.start()
+    time.sleep(3)  # the bomb is at its limit by now
+    out = _run(tmp_path, """
+        import os, subprocess, sys, threading
+        threads = [threading.Thread(target=len, args=("x",)) for _ in range(8)]
+        [t.start() for t in threads]
+        [t.join() for t in threads]
+        print(subprocess.run([sys.executable, "-c", "print(os.getuid())".replace("os.", "__import__('os').")],
+                             capture_output=True, text=True).stdout.strip(), os.getuid())
+    """, isolate=True, processes=64, user=neighbour)
+    bomb.join()
+    assert out.returncode == 0, out.output
+    assert out.output.split()[-2:] == [str(neighbour)] * 2
+
+
+def test_sandbox_users_are_free_ids():
+    import pwd
+
+    users = sandbox.users(4)
+    assert users[0] == sandbox.NOBODY and len(set(users)) == 4
+    for uid in users[1:]:
+        with pytest.raises(KeyError):
+            pwd.getpwuid(uid)
 
 
 @needs_isolation

@@ -52,7 +52,12 @@ def start(close: tuple[int, ...] = ()) -> bool:
     responses_r, responses_w = os.pipe()
     sys.stdout.flush()
     sys.stderr.flush()
-    pid = os.fork()
+    try:
+        pid = os.fork()
+    except OSError:  # out of processes (RLIMIT_NPROC): launches start torchrun, and fail visibly there if they must
+        for fd in (requests_r, requests_w, responses_r, responses_w):
+            os.close(fd)
+        return False
     if pid == 0:
         try:
             for fd in (requests_w, responses_r, *close):
@@ -68,6 +73,11 @@ def start(close: tuple[int, ...] = ()) -> bool:
 
 def available() -> bool:
     return _ZYGOTE is not None
+
+
+def pids() -> set[int]:
+    """The copy's pid, if it is serving: the processes a runner must not kill between cells."""
+    return {_ZYGOTE["pid"]} if _ZYGOTE else set()
 
 
 def _serve(requests: int, responses: int) -> None:

@@ -24,7 +24,9 @@ Why it looks like this:
   folder: a module the student wrote there is not what an observer imports;
 - observations leave as JSON, never pickle; judging happens in the grader's process;
 - multi-process exercises fork their launcher and ranks from a copy of this process taken before
-  the first cell (``forked_launch``), instead of starting a Python and importing torch per rank.
+  the first cell (``forked_launch``), instead of starting a Python and importing torch per rank;
+- a cell that runs out of time takes every process it left behind with it (``kill_strays``: this
+  process is their subreaper), so a fork bomb in one answer costs that answer, not the next ones.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ import os
 import pkgutil
 import signal
 import sys
+import time
 import traceback
 import types
 
@@ -67,8 +70,115 @@ class CellTimeout(BaseException):
     """Raised in a cell or observer that overran its time (BaseException: `except Exception` won't eat it)."""
 
 
+_ALARM = {"armed": False}
+RETRY_SECONDS = 0.5
+
+
 def _on_alarm(signum, frame):
-    raise CellTimeout()
+    if _ALARM["armed"]:
+        # Again in a moment, in case this one is swallowed: a handler that runs inside an at-fork hook
+        # (logging registers one) has its exception ignored, and a fork bomb is mostly inside fork().
+        signal.setitimer(signal.ITIMER_REAL, RETRY_SECONDS)
+        raise CellTimeout()
+
+
+def _arm(seconds: float) -> None:
+    signal.signal(signal.SIGALRM, _on_alarm)
+    _ALARM["armed"] = True
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+
+
+def _disarm() -> None:
+    _ALARM["armed"] = False
+    signal.setitimer(signal.ITIMER_REAL, 0)
+
+
+PR_SET_CHILD_SUBREAPER = 36
+
+
+def become_subreaper() -> bool:
+    """Orphans of this process's descendants come back to it (instead of to init), so that
+    ``kill_strays`` finds every process a cell started, however it forked."""
+    try:
+        import ctypes
+
+        return ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+# Bound before any student code runs: a cell that patches os.kill must still be killed.
+_kill, _getpid, _listdir, _waitpid, _open, _sleep, _monotonic = (
+    os.kill, os.getpid, os.listdir, os.waitpid, io.open, time.sleep, time.monotonic)
+
+
+def _descendants(keep: set[int]) -> list[int]:
+    """Live processes below this one, without those in ``keep`` and theirs (read from /proc)."""
+    parents, live = {}, set()
+    for entry in _listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with _open(f"/proc/{entry}/stat", "rb") as stat:
+                fields = stat.read().rsplit(b")", 1)[1].split()
+        except OSError:
+            continue
+        parents[int(entry)] = int(fields[1])
+        if fields[0] != b"Z":
+            live.add(int(entry))
+    me, found = _getpid(), []
+    for pid in live:
+        chain, ancestor = pid, parents.get(pid)
+        while ancestor is not None and ancestor != me and chain not in keep:
+            chain, ancestor = ancestor, parents.get(ancestor)
+        if ancestor == me and chain not in keep:
+            found.append(pid)
+    return found
+
+
+def kill_strays(keep: set[int], seconds: float = 10.0) -> int:
+    """SIGKILL every process below this one but ``keep``'s, and reap them (a zombie still counts
+    against the user's process limit); how many were killed.
+
+    Everything is stopped first, so a fork bomb cannot fork while it is being killed: as PID 1 of
+    the sandbox's own PID namespace, with one ``kill(-1, SIGSTOP)`` (which spares PID 1 itself),
+    then ``keep`` continues; elsewhere each process found is stopped and killed, until none is left."""
+    killed, deadline = set(), _monotonic() + seconds
+    own_namespace = _getpid() == 1
+    if own_namespace:
+        try:
+            _kill(-1, signal.SIGSTOP)
+        except OSError:
+            pass
+    while _monotonic() < deadline:
+        try:
+            found = _descendants(keep)
+        except OSError:  # no /proc: nothing to find
+            break
+        for number in (signal.SIGSTOP, signal.SIGKILL):
+            for pid in found:
+                try:
+                    _kill(pid, number)
+                except OSError:
+                    pass
+        killed.update(found)
+        while True:
+            try:
+                pid, _ = _waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                break
+            if pid == 0:
+                break
+        if not found:
+            break
+        _sleep(0.01)
+    if own_namespace:
+        for pid in keep:
+            try:
+                _kill(pid, signal.SIGCONT)
+            except OSError:
+                pass
+    return len(killed)
 
 
 def import_course() -> None:
@@ -308,17 +418,20 @@ def run_cells(cells: list[dict], seconds: float, emit, taken: Snapshot) -> dict:
         filename = f"<cell {index}>"
         linecache.cache[filename] = (len(cell["source"]), None, cell["source"].splitlines(True), filename)
         captured, error = _Capture(), None
-        signal.signal(signal.SIGALRM, _on_alarm)
-        signal.setitimer(signal.ITIMER_REAL, seconds)
+        _arm(seconds)
         try:
             with contextlib.redirect_stdout(captured), contextlib.redirect_stderr(captured):
                 exec(compile(cell["source"], filename, "exec"), namespace)
         except CellTimeout:
+            _disarm()
             error = f"CellTimeout: the cell ran longer than {seconds:.0f} s"
+            killed = kill_strays(forked_launch.pids())  # first: they take the CPU from everything else
+            if killed:
+                error += f" (its {killed} leftover processes were killed)"
         except BaseException as exc:  # SystemExit and KeyboardInterrupt included: the run goes on
             error = "".join(traceback.format_exception_only(type(exc), exc)).strip()
         finally:
-            signal.setitimer(signal.ITIMER_REAL, 0)
+            _disarm()
             taken.restore()  # a patched builtin must not break the runner itself, nor reach the next cell's checks
         emit({"type": "cell", "index": index, "output": captured.getvalue(), "error": error})
     return namespace
@@ -326,8 +439,7 @@ def run_cells(cells: list[dict], seconds: float, emit, taken: Snapshot) -> dict:
 
 def run_observers(observers: list[dict], namespace: dict, seconds: float, emit, taken: Snapshot) -> None:
     for observer in observers:
-        signal.signal(signal.SIGALRM, _on_alarm)
-        signal.setitimer(signal.ITIMER_REAL, seconds)
+        _arm(seconds)
         try:
             scope = {"__name__": "gpucourse_observer", "__builtins__": builtins}
             exec(compile(observer["source"], f"<observer {observer['case']}>", "exec"), scope)
@@ -335,6 +447,7 @@ def run_observers(observers: list[dict], namespace: dict, seconds: float, emit, 
                 data = scope[observer["function"]](namespace)
             record = {"type": "observation", "case": observer["case"], "ok": True, "data": json.loads(json.dumps(data))}
         except CellTimeout:
+            _disarm()
             record = {"type": "observation", "case": observer["case"], "ok": False, "error": f"ran longer than {seconds:.0f} s"}
         except AnswerError as exc:  # "define `choices` (a dict from ...)": the student's words, no exception name
             record = {"type": "observation", "case": observer["case"], "ok": False, "answer": True, "error": str(exc)[:500]}
@@ -342,7 +455,7 @@ def run_observers(observers: list[dict], namespace: dict, seconds: float, emit, 
             record = {"type": "observation", "case": observer["case"], "ok": False,
                       "error": f"{type(exc).__name__}: {str(exc)[:500]}"}
         finally:
-            signal.setitimer(signal.ITIMER_REAL, 0)
+            _disarm()
             taken.restore()  # the student's code ran again: what it patched must not reach the next observer
             taken.restore_environment()
         emit(record)
@@ -359,6 +472,7 @@ def main(fd: int) -> None:
         channel.flush()
 
     import_course()
+    become_subreaper()
     forked_launch.start(close=(fd,))  # graded launches fork from this clean state, before any cell runs
     gate = Gate()
     gate.close()
