@@ -3,8 +3,10 @@
 The edition holds what students need and nothing of the grading: the released notebooks (course/),
 the helper package with its public checks (src/gpucourse), a pyproject.toml without the instructor's
 extras, a student README with every lesson's Colab badge, a LICENSE and a small Makefile
-(`make lab`). No solutions, hidden checks, tests, fixtures or grading tools. The folder is a git
-repository whose commit is tagged with edition.toml's ref; push it to edition.toml's home:
+(`make lab`). No solutions, hidden checks, tests, fixtures or grading tools. The package keeps the
+self-check key of the answer exercises (salted hashes) unless edition.toml says ``self_check = false``,
+for a class whose answer exercises are graded. The folder is a git repository whose commit is
+tagged with edition.toml's ref; push it to edition.toml's home:
 
     cd build/student-edition && git push <home's URL> main <ref>
 
@@ -33,6 +35,7 @@ ENTRIES = [".git", ".gitignore", "LICENSE", "Makefile", "README.md", "course", "
 # The extras a student may want; `lab` loses nbgrader (grading needs this repository's configuration).
 STUDENT_EXTRAS = ("lab", "darts", "tf")
 INSTRUCTOR_ONLY = {"nbgrader"}
+KEY_NAME = "self_check.json"  # in src/gpucourse/checks/ (gpucourse.checks.self_check)
 IGNORE = shutil.ignore_patterns("__pycache__", "*.pyc", ".ipynb_checkpoints", "*.egg-info")
 
 GITIGNORE = """\
@@ -122,6 +125,8 @@ one-line cell `check("<exercise>")` runs that exercise's public checks and print
 reason, on Colab and locally alike. Your instructor grades the notebook you hand in with further
 checks; warnings printed by torch or Lightning never count against you.
 
+{self_check}
+
 ## Contents
 
 ```
@@ -132,6 +137,27 @@ lab/           the copy step of `make lab` (course/ into work/, never over your 
 
 MIT licensed (LICENSE).
 """
+
+
+SELF_CHECK_ON = """\
+Under an answer exercise (a quiz letter, a choice of tools, a set of settings), once the public
+checks pass, `check` also says **correct** or **not yet**. It compares a salted hash of your answer
+with hashes of the accepted answers (`src/gpucourse/checks/self_check.json`), so it never shows an
+answer; but any guess can be checked that way, and a quiz question has only four letters to try.
+Self-check is for practice: a class whose answer exercises are graded turns it off.
+`GPUCOURSE_SELF_CHECK=0` turns it off on your machine."""
+
+SELF_CHECK_OFF = """\
+Self-check is off in this edition: under an answer exercise (a quiz letter, a choice of tools, a set
+of settings), `check` looks at the form of your answer only; whether it is right, grading says."""
+
+
+def self_check_on(path: Path = EDITION) -> bool:
+    """edition.toml's ``self_check`` (true when absent): whether the edition carries the self-check key."""
+    value = tomllib.loads(path.read_text()).get("student-edition", {}).get("self_check", True)
+    if not isinstance(value, bool):
+        raise SystemExit(f"{path}: [student-edition] self_check must be true or false, not {value!r}")
+    return value
 
 
 def _toml_list(items: list[str]) -> str:
@@ -175,6 +201,9 @@ version = {{ attr = "gpucourse.__version__" }}
 
 [tool.setuptools.packages.find]
 where = ["src"]
+
+[tool.setuptools.package-data]
+"gpucourse.checks" = ["self_check.json"]
 """
 
 
@@ -208,14 +237,19 @@ def _git(out: Path, *args: str) -> str:
 
 
 def publish(out: Path = OUT, edition: Edition | None = None, course: Path = COURSE, package: Path = PACKAGE,
-            git: bool = True) -> Path:
+            git: bool = True, self_check: bool | None = None) -> Path:
     """Write the student edition into ``out``; returns ``out``.
 
+    ``self_check`` (edition.toml's by default) keeps the package's self-check key; False leaves it out.
     An earlier edition there is replaced, except its git history: the new edition is committed on
     top of it (nothing is committed when nothing changed) and the tag is moved to that commit.
     """
     edition = edition or load_edition()
+    self_check = self_check_on() if self_check is None else self_check
     check_release(course, edition)
+    key = package / "checks" / KEY_NAME
+    if self_check and not key.is_file():
+        raise SystemExit(f"{key} is missing and edition.toml asks for self-check: run `make release`")
     out = out.resolve()
     if ROOT == out or ROOT.is_relative_to(out):
         raise SystemExit(f"refusing to write the edition over {out}")
@@ -227,13 +261,16 @@ def publish(out: Path = OUT, edition: Edition | None = None, course: Path = COUR
             shutil.rmtree(old) if old.is_dir() else old.unlink()
     shutil.copytree(course, out / "course", ignore=IGNORE)
     shutil.copytree(package, out / "src" / "gpucourse", ignore=IGNORE)
+    if not self_check:
+        (out / "src" / "gpucourse" / "checks" / KEY_NAME).unlink(missing_ok=True)
     shutil.copy2(ROOT / "LICENSE", out / "LICENSE")
     (out / "lab").mkdir()
     shutil.copy2(ROOT / "lab" / "copy_course.py", out / "lab" / "copy_course.py")  # the same copy step as `make lab` here
     (out / "pyproject.toml").write_text(edition_pyproject(edition))
     owner_name = edition.home.split("/", 1)[1]
     (out / "README.md").write_text(README.format(rows=_lesson_rows(course, edition), ref=edition.ref,
-                                                 url=edition.url, name=owner_name))
+                                                 url=edition.url, name=owner_name,
+                                                 self_check=SELF_CHECK_ON if self_check else SELF_CHECK_OFF))
     (out / "Makefile").write_text(MAKEFILE)
     (out / ".gitignore").write_text(GITIGNORE)
     if git:
@@ -256,9 +293,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--edition", type=Path, default=EDITION, help="the edition's config (edition.toml)")
     args = parser.parse_args(argv)
     edition = load_edition(args.edition)
-    out = publish(args.out, edition)
+    out = publish(args.out, edition, self_check=self_check_on(args.edition))
     shown = out.relative_to(ROOT) if out.is_relative_to(ROOT) else out
     print(f"student edition {edition.ref} written to {shown} ({_size(out) / 1e6:.1f} MB, committed and tagged)")
+    print(f"self-check: {'on (the key is in the package)' if self_check_on(args.edition) else 'off (no key in the package)'}")
     print(f"publish it:  cd {shown} && git push {edition.url}.git main {edition.ref}")
     print("(after publishing the same version twice, the moved tag needs `git push --force ... <ref>`)")
     return 0

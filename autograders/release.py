@@ -3,7 +3,9 @@
 Before nbgrader runs, every notebook's Colab badge and setup cell are stamped from edition.toml
 (the public student edition's home and ref), and every test cell's points from its exercise's
 declaration (gpucourse.checks.register), in solutions/ and so in course/. README.md's table of
-exercises is rewritten from the same declarations.
+exercises is rewritten from the same declarations, and the self-check key of the answer exercises
+(src/gpucourse/checks/self_check.json: salted hashes, no answer in plain text) from the solutions'
+answer cells (self_check_key.py).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import nbformat
 from course import COURSE, EDITION, ROOT, SOLUTIONS, Edition, assignments, generated, load_edition, stamp
 
 import gpucourse.checks as declarations
+from self_check_key import KEY, write_key
 
 TABLE_START, TABLE_END = "<!-- exercises: written by make release -->", "<!-- end of exercises -->"
 
@@ -111,8 +114,10 @@ def main(argv: list[str] | None = None) -> int:
     ids = release(args.solutions, args.course, args.only, edition=edition, stamp_sources=True)
     stamp_pyproject(ROOT / "pyproject.toml", edition)
     stamp_readme(ROOT / "README.md")
+    write_key(args.solutions, KEY, only=args.only)  # --only: that assignment's entries, the others kept
     print(f"released {len(ids)} assignment(s) into {args.course.relative_to(ROOT) if args.course.is_relative_to(ROOT) else args.course}: {', '.join(ids)}")
     print(f"badges, setup cells and pyproject's URL point at {edition.url} @ {edition.ref}")
+    print(f"self-check key of the answer exercises: {KEY.relative_to(ROOT)}")
     return 0
 
 

@@ -142,3 +142,45 @@ def test_autocast_saves_fewer_activation_bytes():
     assert full["weight_copies"] == 0 and 0 < half["activations"] < full["activations"]
     weights = sum(m.weight.numel() for m in model if isinstance(m, (nn.Conv2d, nn.Linear)))
     assert half["weight_copies"] == 2 * weights  # the bfloat16 copies of the conv and linear weights
+
+
+def test_bit_layouts_match_torch_finfo_and_the_figure_is_labelled():
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = {r["format"]: r for r in amp.bit_layout_rows()}
+    assert set(rows) == {"float32", "TF32", "float16", "bfloat16", "float8 e4m3", "float8 e5m2"}
+    for name, dtype in [("float16", torch.float16), ("bfloat16", torch.bfloat16), ("float8 e4m3", torch.float8_e4m3fn),
+                        ("float8 e5m2", torch.float8_e5m2), ("float32", torch.float32)]:
+        info = torch.finfo(dtype)
+        assert rows[name]["sign"] + rows[name]["exponent"] + rows[name]["mantissa"] == info.bits
+        assert rows[name]["epsilon"] == info.eps == 2.0 ** -rows[name]["mantissa"] and rows[name]["max"] == info.max
+    assert rows["TF32"]["max"] == rows["float32"]["max"] and rows["TF32"]["epsilon"] == rows["float16"]["epsilon"]
+    fig = amp.bit_layout_figure()
+    ax = fig.axes[0]
+    assert ax.get_title() and "bit" in ax.get_xlabel()
+    bit_boxes = [p for p in ax.patches if p.get_height() == 0.7]  # one box per bit (the legend adds empty bars)
+    assert len(bit_boxes) == sum(r["sign"] + r["exponent"] + r["mantissa"] for r in rows.values())
+    plt.close(fig)
+
+
+def test_real_float16_gradients_underflow_and_loss_scaling_keeps_them():
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    model, inputs, targets = amp.confident_classifier(batch=512)
+    reference = amp.float16_activation_gradients(model, inputs, targets)
+    unscaled = amp.float16_activation_gradients(model, inputs, targets, scale=1.0)
+    scaled = amp.float16_activation_gradients(model, inputs, targets, scale=2.0 ** 16)
+    assert reference.numel() == unscaled.numel() == scaled.numel() > 0
+    assert int((reference == 0).sum()) == 0  # float32: none is 0 (Tanh, no ReLU zeros)
+    assert int((unscaled == 0).sum()) > 0  # float16: real underflow
+    assert int((scaled == 0).sum()) < int((unscaled == 0).sum()) and bool(torch.isfinite(scaled).all())
+    assert all(p.grad is None for p in model.parameters())  # leaves the model as it found it
+    fig = amp.gradient_histogram_figure(reference, unscaled, scaled, 2.0 ** 16)
+    assert len(fig.axes) == 3 and all(ax.get_title() and ax.get_ylabel() == "count" for ax in fig.axes)
+    assert "log2" in fig.axes[-1].get_xlabel()
+    assert any("-24" in t.get_text() for t in fig.axes[0].get_legend().get_texts())
+    plt.close(fig)

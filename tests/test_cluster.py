@@ -156,3 +156,51 @@ def test_torchrun_template_runs_one_torchrun_per_node():
 def test_scripts_are_read_as_sbatch_reads_them(text, problem):
     verdict = L.judge_sbatch({"nodes": 2, "gpus": 4, "command": "python train.py"}, text)
     assert verdict is None if problem is None else problem in verdict
+
+
+NODELISTS = ["gpu[017-018]", "node[003,007-009]", "gpu[8-10]", "login-2,gpu[100-101]", "a100-[005-006]",
+             "cn-a1,cn-b7", "gpu005", "hpc-g[098-099]"]
+
+
+def test_hostnames_expand_as_scontrol_and_the_first_is_lightnings_main_address():
+    from lightning_fabric.plugins.environments import SLURMEnvironment
+
+    assert C.hostnames("node[003,007-009]") == ["node003", "node007", "node008", "node009"]
+    assert C.hostnames("gpu[8-10]") == ["gpu8", "gpu9", "gpu10"]
+    assert C.hostnames("login-2,gpu[100-101]") == ["login-2", "gpu100", "gpu101"]
+    assert C.hostnames("rack[1-2]-n[01-02]") == ["rack1-n01", "rack1-n02", "rack2-n01", "rack2-n02"]
+    for nodelist in NODELISTS:
+        assert C.hostnames(nodelist)[0] == SLURMEnvironment.resolve_root_node_address(nodelist), nodelist
+    for numbers in ([17, 18], [3, 7, 8, 9], [5], [1, 2, 3, 10, 12]):  # the inverse of hostlist
+        assert C.hostnames(C.hostlist("gpu", numbers)) == [f"gpu{n:03d}" for n in numbers]
+
+
+@pytest.mark.parametrize("distribution", ["block", "cyclic"])
+def test_rank_table_is_read_from_the_srun_environments(distribution):
+    table = C.rank_table(2, 4, distribution)
+    envs = C.srun_environments(2, 4, distribution=distribution)
+    assert [t["rank"] for t in table] == list(range(8))
+    for task, env in zip(table, envs):
+        view = C.lightning_view(env)
+        assert (task["rank"], task["local_rank"], task["node_rank"]) == (
+            view["global_rank"], view["local_rank"], view["node_rank"])
+    if distribution == "block":  # task 5 of 2 x 4: node 1, GPU 1
+        assert table[5] == {"rank": 5, "local_rank": 1, "node_rank": 1, "host": "gpu018"}
+    else:
+        assert table[5] == {"rank": 5, "local_rank": 2, "node_rank": 1, "host": "gpu018"}
+
+
+def test_rank_grid_figure_labels_every_gpu_with_its_ranks():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig = C.draw_rank_grid(2, 4)
+    ax = fig.axes[0]
+    assert "2 nodes × 4 GPUs" in ax.get_title()
+    assert "LOCAL_RANK" in ax.get_xlabel() and "NODE_RANK" in ax.get_ylabel()
+    texts = [t.get_text() for t in ax.texts]
+    assert len(texts) == 8
+    assert "cuda:1\nRANK 5\nLOCAL_RANK 1\nNODE_RANK 1" in texts
+    plt.close(fig)

@@ -89,3 +89,84 @@ def test_tflops_arithmetic():
 def test_cuda_events_time_a_matmul():
     a = torch.randn(1024, 1024, device="cuda")
     assert C.cuda_event_ms(lambda: a @ a) > 0
+
+
+def _labels(fig):
+    ax = fig.axes[0]
+    return ax.get_title(), ax.get_xlabel(), ax.get_ylabel()
+
+
+def test_async_device_records_launches_waits_and_work():
+    device = C.AsyncDevice(cold_launches=0)
+    first = device.launch(0.02, "a")
+    device.wait(first, ".item()")
+    device.launch(0.01, "b")
+    device.synchronize()
+    kinds = [(s.row, s.label, s.kind) for s in device.spans]
+    assert ("CPU", "a", "launch") in kinds and ("GPU", "a", "kernel") in kinds and ("CPU", ".item()", "wait") in kinds
+    by = {(s.row, s.label): s for s in device.spans}
+    assert by["CPU", "a"].end < by["GPU", "a"].end  # the launch returned before the work ended
+    assert by["CPU", ".item()"].end >= by["GPU", "a"].end  # the wait ended after the kernel it waited for
+    assert by["GPU", "b"].start >= by["CPU", ".item()"].end  # b was launched after the wait, so it ran later
+
+
+def _pipeline(overlap, batches=3, copy=0.02, kernel=0.03):
+    device = C.CopyComputeDevice()
+    start = time.perf_counter()
+    side = device.stream("copy stream")
+    for i in range(batches):
+        if overlap:
+            device.copy(copy, side, pinned=True, non_blocking=True, label=f"copy {i}")
+            device.default_stream.wait_event(side.record_event())
+        else:
+            device.copy(copy, label=f"copy {i}")
+        device.kernel(kernel, label=f"kernel {i}")
+    device.synchronize()
+    return device, time.perf_counter() - start
+
+
+def _overlapped(spans):
+    copies = [s for s in spans if s.kind == "copy"]
+    kernels = [s for s in spans if s.kind == "kernel"]
+    return any(c.start < k.end - 0.005 and k.start < c.end - 0.005 for c in copies for k in kernels)
+
+
+def test_copies_overlap_kernels_only_with_pinned_non_blocking_copies_on_their_own_stream():
+    serial, serial_seconds = _pipeline(overlap=False)
+    overlapped, overlapped_seconds = _pipeline(overlap=True)
+    assert not _overlapped(serial.spans) and serial_seconds >= 3 * (0.02 + 0.03)
+    assert _overlapped(overlapped.spans) and overlapped_seconds < serial_seconds - 0.02
+    for device in (serial, overlapped):  # each kernel starts after its own copy has finished
+        ends = {s.label.split(" (")[0]: s for s in device.spans if s.row != "CPU"}
+        assert all(ends[f"kernel {i}"].start >= ends[f"copy {i}"].end for i in range(3))
+    # a blocking copy on its own stream still blocks the CPU for the copy
+    device = C.CopyComputeDevice()
+    device.copy(0.02, device.stream("side"), pinned=True, non_blocking=False)
+    assert any(s.row == "CPU" and s.kind == "wait" and s.end - s.start >= 0.015 for s in device.spans)
+
+
+def test_timeline_figure_has_title_axis_labels_and_rows():
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    device, _ = _pipeline(overlap=True, batches=2, copy=0.005, kernel=0.005)
+    fig = C.plot_timeline(device.spans, title="two streams", rows=["CPU", "copy engine", "compute engine"])
+    title, xlabel, ylabel = _labels(fig)
+    assert title == "two streams" and "(ms)" in xlabel and ylabel
+    assert [t.get_text() for t in fig.axes[0].get_yticklabels()] == ["CPU", "copy engine", "compute engine"]
+    plt.close(fig)
+
+
+def test_core_count_figure_uses_the_examples_and_this_machine():
+    import os
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    assert C.CORE_EXAMPLES and all(v > 0 for v in C.CORE_EXAMPLES.values())
+    mine = C.this_machine_cores()
+    assert os.cpu_count() in mine.values()
+    fig = C.plot_core_counts()
+    title, xlabel, ylabel = _labels(fig)
+    assert title and xlabel and "log scale" in ylabel and "count" in ylabel
+    assert len(fig.axes[0].patches) == len(C.CORE_EXAMPLES) + len(mine)
+    plt.close(fig)

@@ -44,3 +44,52 @@ def test_script_refuses_to_run_without_torchrun(tmp_path, capsys):
     with pytest.raises(SystemExit):
         D.main(["--out", str(tmp_path)])
     assert "torchrun" in capsys.readouterr().err
+
+
+def test_ring_all_reduce_sums_and_sends_2_n_minus_1_over_n():
+    for n in (2, 3, 4, 5):
+        tensors = [torch.randn(4 * n, generator=torch.Generator().manual_seed(i)) for i in range(n)]
+        ring = D.ring_all_reduce(tensors)
+        total = torch.stack(tensors).sum(0)
+        assert all(torch.allclose(out, total, atol=1e-5) for out in ring.outputs)
+        assert [phase for phase, _, _ in ring.steps] == ["reduce-scatter"] * (n - 1) + ["all-gather"] * (n - 1)
+        assert all(receiver == (sender + 1) % n for _, _, moves in ring.steps for sender, receiver, _ in moves)
+        assert ring.sent_per_rank == [2 * (n - 1) * 4] * n  # 2(N-1)/N of 4N elements
+        assert all(torch.equal(t, tensors[i]) for i, t in enumerate(tensors))  # inputs untouched
+
+
+def test_ddp_timeline_overlaps_backward():
+    tl = D.ddp_timeline()
+    assert [layer for layer, _, _ in tl.backward] == [5, 4, 3, 2, 1, 0]  # last layer first
+    assert sorted(layer for group, *_ in tl.buckets for layer in group) == [0, 1, 2, 3, 4, 5]
+    for group, ready, start, end in tl.buckets:
+        assert start >= ready == max(e for layer, _, e in tl.backward if layer in group)
+    assert tl.buckets[0][2] < tl.backward[-1][2]  # the first all-reduce runs while backward still computes
+    assert tl.end < tl.no_overlap_end
+
+
+def test_figures_have_titles_and_labelled_axes():
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.figure import Figure
+
+    for fig in (D.plot_ring_all_reduce(4), D.plot_ddp_overlap()):
+        assert isinstance(fig, Figure)
+        for ax in fig.axes:
+            assert ax.get_title() and ax.get_xlabel() and (ax.get_ylabel() or ax.get_yticklabels())
+        assert any("(" in ax.get_xlabel() for ax in fig.axes)  # units or scale named
+        plt.close(fig)
+    ring = D.plot_ring_all_reduce(4)
+    assert "gradient size" in ring.axes[1].get_ylabel() and "N" in ring.axes[1].get_xlabel()
+    plt.close(ring)
+
+
+def test_set_epoch_reshuffles_and_its_absence_repeats():
+    without = D.sampler_orders(12, 3, set_epoch=False)
+    with_it = D.sampler_orders(12, 3, set_epoch=True)
+    assert without[0] == without[1] == without[2]
+    assert len({tuple(o) for o in with_it}) == 3
+    assert with_it[0] == without[0]  # epoch 0 is the same either way
+    ranks = [D.sampler_orders(12, 1, rank=r)[0] for r in (0, 1)]
+    assert sorted(ranks[0] + ranks[1]) == list(range(12))  # the two ranks split each epoch

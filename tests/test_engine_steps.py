@@ -31,7 +31,7 @@ import record  # noqa: E402
 
 ASSIGNMENT = "quiz_gpu_data_parallel"
 RELEASED = COURSE / ASSIGNMENT / "quiz.ipynb"
-QUESTIONS = [f"q{n}" for n in range(1, 11)]
+QUESTIONS = [f"q{n}" for n in range(1, 17)]
 
 
 def released():
@@ -190,8 +190,8 @@ def test_late_penalty_through_nbgrader_plugin(tmp_path, quiz_gradebook):
     assert (work / "autograded" / "late" / ASSIGNMENT / "quiz.ipynb").exists()
 
     assert found["late"]["seconds_late"] == pytest.approx(11 * 3600 + 60)  # Berlin is UTC+2 in October
-    assert found["late"]["late_penalty"] == 10
-    assert "late: 39660 s after the due date; penalty 10 point(s)" in (logs / f"late__{ASSIGNMENT}.log").read_text()
+    assert found["late"]["late_penalty"] == len(QUESTIONS)  # the "zero" policy: every point, one per question
+    assert f"late: 39660 s after the due date; penalty {len(QUESTIONS)} point(s)" in (logs / f"late__{ASSIGNMENT}.log").read_text()
     assert all(found[s]["late_penalty"] == 0 and found[s]["seconds_late"] == 0 for s in ("on-time", "unstamped", "garbled"))
     assert "timestamp.txt holds no timestamp (ignored)" in found["garbled"]["flags"]
 
@@ -199,9 +199,9 @@ def test_late_penalty_through_nbgrader_plugin(tmp_path, quiz_gradebook):
     with open(tmp_path / "grades.csv") as handle:
         rows = {r["student_id"]: r for r in csv.DictReader(handle)}
     assert rows["late"]["duedate"].startswith("2026-10-05 21:59:00")
-    assert (float(rows["late"]["raw_score"]), float(rows["late"]["late_submission_penalty"]), float(rows["late"]["score"])) == (10, 10, 0)
+    assert (float(rows["late"]["raw_score"]), float(rows["late"]["late_submission_penalty"]), float(rows["late"]["score"])) == (len(QUESTIONS), len(QUESTIONS), 0)
     for student in ("on-time", "unstamped", "garbled"):
-        assert (float(rows[student]["late_submission_penalty"]), float(rows[student]["score"])) == (0, 10)
+        assert (float(rows[student]["late_submission_penalty"]), float(rows[student]["score"])) == (0, len(QUESTIONS))
 
 
 def test_formgrader_shows_the_configured_due_dates(tmp_path, quiz_gradebook, monkeypatch):

@@ -31,6 +31,15 @@ def test_course_equals_a_fresh_release(tmp_path):
             f"course/{rel} differs from a fresh release: run `make release`"
 
 
+def test_self_check_key_equals_a_fresh_build():
+    """src/gpucourse/checks/self_check.json is what `make release` derives from solutions/ (keeping its salts)."""
+    from self_check_key import KEY, build_key, render, salts_of
+
+    assert KEY.is_file(), "no self-check key: run `make release`"
+    assert KEY.read_text() == render(build_key(SOLUTIONS, salts_of(KEY))), \
+        f"{KEY.relative_to(ROOT)} is stale (answers, answer exercises or their checks changed): run `make release`"
+
+
 def _lines(text: str) -> set[str]:
     return {line.strip() for line in text.splitlines() if len(line.strip()) >= 6}
 

@@ -25,3 +25,18 @@ def test_conv_timing_runs_in_both_formats(channels_last):
 def test_copies_and_overlap_on_a_gpu():
     assert X.copy_gbps(4, pinned=True, repeats=2) > 0 and X.copy_gbps(4, pinned=False, repeats=2) > 0
     assert X.overlap_seconds(batches=2, megabytes=4, size=256) > 0
+
+
+def test_staging_figure_is_a_titled_diagram():
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig = X.staging_figure()
+    assert fig._suptitle is not None and "pinned" in fig._suptitle.get_text()
+    titles = [ax.get_title() for ax in fig.axes]
+    assert any("pageable" in t for t in titles) and any("pinned" in t for t in titles)
+    assert all(ax.get_xlabel() for ax in fig.axes)
+    texts = " ".join(t.get_text() for ax in fig.axes for t in ax.texts)
+    assert "staging\nbuffer" in texts and "DMA" in texts
+    plt.close(fig)

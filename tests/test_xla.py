@@ -122,3 +122,22 @@ def test_checks_accept_the_reference_and_reject_wrong_answers(exercise, answer, 
     cases = PUBLIC[exercise] + _hidden()[exercise]
     failures = [m for m in (run_case(c, {exercise: answer}) for c in cases) if m]
     assert (not failures) == passes, failures
+
+
+def test_tpu_topology_figure_counts_cores_chips_and_hosts():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig = X.draw_tpu_topology(hosts=4, chips_per_host=4, cores_per_chip=2, name="e.g. a v3-32 slice")
+    host, slice_ = fig.axes
+    assert fig._suptitle is not None and "one example" in fig._suptitle.get_text()
+    assert "4 chips × 2 TensorCores = 8 cores" in host.get_title()
+    assert "e.g. a v3-32 slice" in slice_.get_title() and "16 chips, 32 TensorCores" in slice_.get_title()
+    assert sum(t.get_text().startswith("core") for t in host.texts) == 8
+    assert sum(t.get_text().startswith("host ") for t in slice_.texts) == 4
+    plt.close(fig)
+    one = X.draw_tpu_topology(hosts=1, chips_per_host=1, cores_per_chip=1, name="e.g. a v5e-1")
+    assert "1 host × 1 chip = 1 chip, 1 TensorCore" in one.axes[1].get_title()
+    plt.close(one)

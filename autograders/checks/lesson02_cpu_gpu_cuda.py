@@ -230,6 +230,48 @@ def judge_sync_only_queue(d):
     return f"{extra} line(s) chosen that only queue work" if extra else None
 
 
+# --- triton_scaled_add ----------------------------------------------------------------------
+# 1. out = alpha * x + y for any n >= 1: one element, below one block, whole blocks, a partial last  -> "generated sizes ..."
+#    block (seeded sizes next to multiples of the block), and for any alpha (0, negative)         (and public)
+# 2. for any block_size the launcher is given (powers of two, 16 to 1024)                      -> "generated sizes ...", "large blocks ..."
+# 3. in out's dtype: float16 and float64 too                                                     -> "float64 and float16 ..."
+# 4. writes nothing outside out, leaves x and y unchanged, returns out itself                      -> every case (each row records it)
+# The launches run in Triton's interpreter on guarded CPU tensors in a child process (probe_launch).
+
+def observe_triton_generated(ns):
+    import random
+    from gpucourse.checks import answer
+    from gpucourse.kernels import probe_launch
+    rng = random.Random(12)
+    configs = []
+    for block in (16, 32, 64):
+        for n in (block * rng.randint(2, 5) + rng.choice([-1, 1]), rng.randint(2, block - 1)):
+            configs.append((n, block, "float32"))
+    return {"configs": len(configs),
+            "rows": probe_launch(answer(ns, "scaled_add"), configs, alpha=-0.75, namespaces=[ns], seed=12)}
+
+
+def observe_triton_large_blocks(ns):
+    from gpucourse.checks import answer
+    from gpucourse.kernels import probe_launch
+    configs = [(1, 1024, "float32"), (1500, 1024, "float32"), (2048, 256, "float32")]
+    return {"configs": len(configs),
+            "rows": probe_launch(answer(ns, "scaled_add"), configs, alpha=0.0, namespaces=[ns], seed=13)}
+
+
+def observe_triton_dtypes(ns):
+    from gpucourse.checks import answer
+    from gpucourse.kernels import probe_launch
+    configs = [(45, 16, "float64"), (129, 64, "float64"), (1, 32, "float16"), (513, 256, "float16")]
+    return {"configs": len(configs),
+            "rows": probe_launch(answer(ns, "scaled_add"), configs, alpha=1.25, namespaces=[ns], seed=14)}
+
+
+def judge_triton_generated(d):
+    from gpucourse.kernels import probe_problem
+    return probe_problem(d["rows"], configs=d["configs"])
+
+
 HIDDEN = {
     "add_positions": [
         Case("values: x + p on random x of other shapes (length 1, non-contiguous)", observe_positions_values,
@@ -256,5 +298,11 @@ HIDDEN = {
              _sync_judge({6, 11}, "copies to the CPU and data-dependent sizes")),
         Case("explicit waits", observe_sync_lines_as_given, _sync_judge({13}, "explicit waits")),
         Case("lines that only queue work", observe_sync_lines_as_given, judge_sync_only_queue),
+    ],
+    "triton_scaled_add": [
+        Case("generated sizes next to multiples of the block, negative alpha", observe_triton_generated,
+             judge_triton_generated),
+        Case("large blocks (1024), alpha = 0", observe_triton_large_blocks, judge_triton_generated),
+        Case("float64 and float16, other sizes", observe_triton_dtypes, judge_triton_generated),
     ],
 }

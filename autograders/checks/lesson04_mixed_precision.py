@@ -301,3 +301,129 @@ HIDDEN = {"train_epoch": [
          judge_evaluate_items),
     Case("evaluate: batches moved to the model's device inside the loop", observe_evaluate_items, judge_moved),
 ]}
+
+
+# --- clipped_step ---------------------------------------------------------------------------
+# What the exercise text and answer line require, for one step:
+#  1. zero the gradients first (the step after another must not add the old gradients) -> "two steps
+#     in a row ..." (the second step's parameters)
+#  2. output and cross-entropy loss under torch.autocast(device_type, dtype=dtype); backward of
+#     scaler.scale(loss) outside it -> "generated sizes ..." (parameters equal the reference's)
+#  3. scaler.unscale_(optimizer) after backward and before clipping, so that the clip sees the true
+#     gradients -> public cases, and "generated sizes ..." with max_norm below and above the true norm
+#  4. clip the total norm of all the model's gradients to max_norm -> "generated sizes ..."
+#  5. scaler.step(optimizer), then scaler.update() -> public order case; "an overflowing step ..."
+#     (the scale backs off, and the next step does not raise)
+#  6. return the total norm before clipping, a float; on an overflowing step it is inf or nan and
+#     the step is skipped -> "generated sizes ..." and "an overflowing step ..."
+
+def observe_clipped_generated(ns):
+    import copy
+    import random
+
+    import torch
+    from torch import nn
+    from gpucourse.checks import answer
+
+    def reference_step(model, inputs, targets, optimizer, scaler, device_type, dtype, max_norm):
+        optimizer.zero_grad(set_to_none=True)
+        with torch.autocast(device_type, dtype=dtype):
+            loss = nn.functional.cross_entropy(model(inputs), targets)
+        scaler.scale(loss).backward()
+        scaler.unscale_(optimizer)
+        norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+        scaler.step(optimizer)
+        scaler.update()
+        return float(norm)
+
+    rng = random.Random(44)
+    result = []
+    for case in range(4):
+        width, batch, classes = rng.randint(3, 12), rng.randint(2, 9), rng.randint(2, 5)
+        torch.manual_seed(100 + case)
+        model = nn.Sequential(nn.Linear(5, width), nn.GELU(), nn.Linear(width, classes))
+        data = [(torch.randn(batch, 5) * rng.uniform(0.5, 4), torch.randint(0, classes, (batch,))) for _ in range(2)]
+        probe = copy.deepcopy(model)
+        nn.functional.cross_entropy(probe(data[0][0]), data[0][1]).backward()
+        true_norm = float(torch.cat([p.grad.flatten() for p in probe.parameters()]).norm())
+        max_norm = true_norm * (rng.uniform(0.05, 0.5) if case % 2 == 0 else rng.uniform(2, 5))
+        init_scale = 2.0 ** rng.randint(6, 14)
+        runs = {}
+        for who in ("student", "reference"):
+            net = copy.deepcopy(model)
+            optimizer = torch.optim.SGD(net.parameters(), lr=0.2)
+            scaler = torch.amp.GradScaler("cpu", init_scale=init_scale, growth_interval=1)
+            step = answer(ns, "clipped_step") if who == "student" else reference_step
+            norms, params = [], []
+            for inputs, targets in data:
+                value = step(net, inputs, targets, optimizer, scaler, "cpu", torch.float16, max_norm)
+                norms.append(float(value) if isinstance(value, (int, float, torch.Tensor)) else None)
+                params.append(torch.cat([p.detach().flatten() for p in net.parameters()]))
+            runs[who] = {"norms": norms, "params": params, "scale": float(scaler.get_scale()),
+                         "is_float": isinstance(value, float)}
+        s, r = runs["student"], runs["reference"]
+        result.append({"width": width, "batch": batch, "max_norm": max_norm, "clips": case % 2 == 0,
+                       "is_float": s["is_float"], "norms": s["norms"], "expected_norms": r["norms"],
+                       "param_diff": [float((a - b).abs().max()) for a, b in zip(s["params"], r["params"])],
+                       "scale": s["scale"], "expected_scale": r["scale"]})
+    return result
+
+
+def judge_clipped_generated(d):
+    for r in d:
+        where = f"a {r['width']}-wide model, batch {r['batch']}, max_norm {r['max_norm']:.3g}" + (
+            " (below the gradients' norm)" if r["clips"] else " (above it)")
+        if not r["is_float"]:
+            return f"{where}: clipped_step must return a float"
+        if r["norms"][0] is None or not abs(r["norms"][0] - r["expected_norms"][0]) <= 1e-3 * r["expected_norms"][0]:
+            return f"{where}: returned {r['norms'][0]}, not the true gradient norm before clipping"
+        if not r["param_diff"][0] <= 1e-5:
+            return f"{where}: the parameters after one step differ from a correct clipped AMP step"
+        if not r["param_diff"][1] <= 1e-5 or not abs((r["norms"][1] or 0) - r["expected_norms"][1]) <= 1e-3 * r["expected_norms"][1]:
+            return f"{where}: two steps in a row: the second step differs (are the gradients zeroed each step?)"
+        if r["scale"] != r["expected_scale"]:
+            return f"{where}: the scale after two good steps is {r['scale']:g}, expected {r['expected_scale']:g}"
+    return None
+
+
+def observe_clipped_overflow(ns):
+    import math
+
+    import torch
+    from torch import nn
+    from gpucourse.checks import answer
+
+    torch.manual_seed(7)
+    model = nn.Sequential(nn.Linear(4, 6), nn.Tanh(), nn.Linear(6, 3))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0 ** 40)  # scaled float16 gradients overflow to inf
+    inputs, targets = torch.randn(5, 4), torch.randint(0, 3, (5,))
+    before = [p.detach().clone() for p in model.parameters()]
+    steps = []
+    for _ in range(2):
+        scale = float(scaler.get_scale())
+        value = answer(ns, "clipped_step")(model, inputs, targets, optimizer, scaler, "cpu", torch.float16, 1.0)
+        number = float(value) if isinstance(value, (int, float, torch.Tensor)) else None
+        steps.append({"scale_before": scale, "scale_after": float(scaler.get_scale()),
+                      "finite": None if number is None else math.isfinite(number),
+                      "unchanged": all(torch.equal(a, b) for a, b in zip(before, model.parameters()))})
+    return steps
+
+
+def judge_clipped_overflow(d):
+    for number, s in enumerate(d, 1):
+        if not s["unchanged"]:
+            return f"overflowing step {number}: the parameters changed; scaler.step must skip a step with inf/NaN gradients"
+        if s["finite"] is not False:
+            return f"overflowing step {number}: the norm returned should be inf or nan (the gradients overflowed)"
+        if s["scale_after"] != s["scale_before"] / 2:
+            return f"overflowing step {number}: scale {s['scale_before']:g} became {s['scale_after']:g}, not halved"
+    return None
+
+
+HIDDEN["clipped_step"] = [
+    Case("generated sizes and max_norm: the reference's norm, parameters and scale, over two steps",
+         observe_clipped_generated, judge_clipped_generated),
+    Case("an overflowing step is skipped, returns a non-finite norm and halves the scale, twice",
+         observe_clipped_overflow, judge_clipped_overflow),
+]

@@ -156,88 +156,6 @@ def _leaves(description):
     return []
 
 
-# --- to_channels_last -----------------------------------------------------------------------
-# What the exercise text and answer line require:
-#  1. returns the pair (model, images) -> every case (a swapped pair fails the public one)
-#  2. the images (a 4-D batch) channels-last, their shape unchanged -> "odd sizes, ..."
-#  3. the weights of *every* Conv2d channels-last, nested ones too -> "convolutions nested in submodules"
-#  4. the model's results unchanged (BatchNorm, 1x1 and grouped convolutions, a Linear head, float64)
-#     -> "nested ..." and "odd sizes ..."
-
-def observe_channels_last_nested(ns):
-    import torch
-    from torch import nn
-    from gpucourse.checks import answer
-
-    torch.manual_seed(1)
-
-    class Block(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.branch = nn.Sequential(nn.Conv2d(6, 6, 3, padding=1, groups=3), nn.BatchNorm2d(6), nn.ReLU())
-            self.mix = nn.Conv2d(6, 8, 1)
-
-        def forward(self, x):
-            return self.mix(self.branch(x) + x)
-
-    model = nn.Sequential(nn.Conv2d(3, 6, 3, padding=1), Block(), nn.AdaptiveAvgPool2d(1), nn.Flatten(),
-                          nn.Linear(8, 2)).eval()
-    images = torch.randn(4, 3, 12, 12)
-    with torch.no_grad():
-        expected = model(images)
-    new_model, new_images = answer(ns, "to_channels_last")(model, images)
-    with torch.no_grad():
-        out = new_model(new_images)
-    return {"nhwc": bool(new_images.is_contiguous(memory_format=torch.channels_last)), "shape": list(new_images.shape),
-            "weights": [bool(m.weight.is_contiguous(memory_format=torch.channels_last)) for m in new_model.modules()
-                        if isinstance(m, nn.Conv2d)], "diff": float((out - expected).abs().max())}
-
-
-def judge_channels_last_nested(d):
-    if not d["nhwc"] or d["shape"] != [4, 3, 12, 12]:
-        return "the images must be channels-last, with the same shape"
-    if len(d["weights"]) != 3 or not all(d["weights"]):
-        return f"{d['weights'].count(False)} of the {len(d['weights'])} Conv2d weights are not channels-last (some sit in submodules)"
-    return None if d["diff"] < 1e-5 else "the converted model computes something else"
-
-
-def observe_channels_last_odd(ns):
-    import torch
-    from torch import nn
-    from gpucourse.checks import answer
-
-    g = torch.Generator().manual_seed(2)
-    result = []
-    for batch, channels, h, w, dtype in [(1, 5, 7, 3, torch.float64), (3, 2, 9, 6, torch.float32)]:
-        torch.manual_seed(batch)
-        model = nn.Sequential(nn.Conv2d(channels, 4, (3, 1)), nn.Tanh(), nn.Conv2d(4, 3, 1)).to(dtype).eval()
-        images = torch.randn(batch, channels, h + 1, w, generator=g, dtype=dtype)[:, :, 1:, :]  # a strided view
-        with torch.no_grad():
-            expected = model(images)
-        new_model, new_images = answer(ns, "to_channels_last")(model, images)
-        if new_images.shape != images.shape:  # judged by its shape, not by the error running it gives
-            return [{"shape": list(new_images.shape), "expected_shape": list(images.shape)}]
-        with torch.no_grad():
-            out = new_model(new_images)
-        result.append({"nhwc": bool(new_images.is_contiguous(memory_format=torch.channels_last)),
-                       "shape": list(new_images.shape), "expected_shape": list(images.shape), "dtype": str(new_images.dtype),
-                       "weights": all(m.weight.is_contiguous(memory_format=torch.channels_last) for m in new_model.modules()
-                                      if isinstance(m, nn.Conv2d)),
-                       "diff": float((out - expected).abs().max())})
-    return result
-
-
-def judge_channels_last_odd(d):
-    for r in d:
-        if r["shape"] != r["expected_shape"]:
-            return f"images of shape {r['expected_shape']} came back with shape {r['shape']}"
-        if not r["nhwc"] or not r["weights"]:
-            return f"images of shape {r['expected_shape']} ({r['dtype']}): images and conv weights must be channels-last"
-        if not r["diff"] < 1e-5:
-            return f"images of shape {r['expected_shape']} ({r['dtype']}): the converted model computes something else"
-    return None
-
-
 # --- loader_settings ------------------------------------------------------------------------
 # What the exercise text and answer line require:
 #  1. scenario keys "a" to "d", each a dict with pin_memory (bool), num_workers (int) and
@@ -278,11 +196,6 @@ HIDDEN = {
         Case("values that are not tensors come back as they were", observe_to_device_random, judge_to_device_values),
         Case("non_blocking exactly for pinned tensors going to CUDA, at every depth", observe_to_device_random,
              judge_to_device_flags),
-    ],
-    "to_channels_last": [
-        Case("convolutions nested in submodules, grouped and 1×1, BatchNorm, a Linear head", observe_channels_last_nested,
-             judge_channels_last_nested),
-        Case("odd sizes, one image, a strided view, float64", observe_channels_last_odd, judge_channels_last_odd),
     ],
     "loader_settings": [Case(f"scenario {key}", observe_loader_settings, judge_scenario(key)) for key in "abcd"],
 }

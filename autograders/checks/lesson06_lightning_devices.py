@@ -1,84 +1,12 @@
 """Hidden checks for lesson 6 (Lightning on many devices). Never released.
 
 Each exercise lists the requirements its text states, numbered, and the case that tests each one.
-Inputs are generated from fixed seeds inside the observers (other sizes, machines, noise levels and
-strategies than the text's examples); ``parse_devices`` is still judged against Lightning's parser,
-on inputs where the text and that parser agree.
+Inputs are generated from fixed seeds inside the observers (other sizes, noise levels and strategies
+than the text's examples).
 """
 
 from gpucourse.checks import Case
-from gpucourse.checks.lesson06 import judge_batch, judge_parse, judge_picklable
-
-
-# --- parse_devices ------------------------------------------------------------------------------
-# 1. an int, or a str holding one integer (spaces allowed): 0 means no GPU (None)    -> "counts"
-# 2. -1 (or "-1") means every available GPU                                           -> "counts"
-# 3. n > 0 means the first n GPUs                                                     -> "counts"
-# 4. any other negative number raises ValueError                                      -> "impossible requests"
-# 5. a list or tuple of ints: exactly those GPUs, in the order given; [] means None   -> "lists, tuples and comma strings"
-# 6. a str of comma-separated integers, spaces allowed, empty pieces ignored          -> "lists, tuples and comma strings"
-# 7. the result is a list of ints (a tuple in gives a list out) or None               -> "lists, tuples and comma strings"
-# 8. TypeError for anything but an int, a str or a list/tuple of ints (bools, floats) -> "types"
-# 9. ValueError for GPUs that don't exist, the same GPU twice, -1 with no GPU, text
-#    that is not a number                                                             -> "impossible requests", "text"
-# 10. written by hand: Lightning's parser is switched off while it runs               -> every case (judge_parse)
-
-def observe_counts(ns):
-    import random
-    from gpucourse.checks.lesson06 import devices_from_spec, observe_parse
-    rng = random.Random(61)
-    specs = [[["int", 0], 0], [["str", "0"], 0], [["str", " 0 "], 5], [["int", -1], 1], [["str", " -1 "], 6]]
-    for available in (1, 2, 3, 5, 7, 8):
-        n = rng.randint(1, available)
-        specs += [[["int", n], available], [["str", f" {n}"], available], [["int", available], available],
-                  [["int", -1], available], [["str", "-1"], available]]
-    cases = [(devices_from_spec(spec), available) for spec, available in specs]
-    return {"cases": specs, "results": observe_parse(ns, cases)}
-
-
-def observe_lists(ns):
-    import random
-    from gpucourse.checks.lesson06 import devices_from_spec, observe_parse
-    rng = random.Random(62)
-    specs = [[["list", []], 3], [["list", []], 0], [["str", "3,"], 4], [["str", "0,"], 1], [["str", "1,,3"], 4],
-             [["str", " 2 , 0 "], 3], [["tuple", [1]], 2]]
-    for available in (2, 5, 8):
-        ids = rng.sample(range(available), rng.randint(1, available))  # in no particular order
-        specs += [[["list", ids], available], [["tuple", ids], available],
-                  [["str", ",".join(f" {i}" if rng.random() < 0.5 else str(i) for i in ids)], available]]
-    cases = [(devices_from_spec(spec), available) for spec, available in specs]
-    return {"cases": specs, "results": observe_parse(ns, cases)}
-
-
-def observe_impossible(ns):
-    from gpucourse.checks.lesson06 import devices_from_spec, observe_parse
-    specs = [[["int", -2], 4], [["int", -7], 8], [["str", "-3"], 4], [["int", 5], 4], [["str", "9"], 8],
-             [["int", 1], 0], [["int", -1], 0], [["str", "-1"], 0], [["list", [0]], 0], [["list", [4]], 4],
-             [["list", [-1]], 4], [["str", "0,4"], 4], [["list", [2, 2]], 4], [["tuple", [0, 1, 0]], 4],
-             [["str", "3, 3"], 4]]
-    cases = [(devices_from_spec(spec), available) for spec, available in specs]
-    return {"cases": specs, "results": observe_parse(ns, cases)}
-
-
-def observe_text(ns):
-    from gpucourse.checks.lesson06 import devices_from_spec, observe_parse
-    specs = [[["str", "abc"], 4], [["str", ""], 4], [["str", "1 3"], 4], [["str", "two"], 4], [["str", "x,1"], 4]]
-    cases = [(devices_from_spec(spec), available) for spec, available in specs]
-    return {"cases": specs, "results": observe_parse(ns, cases)}
-
-
-def observe_types(ns):
-    from gpucourse.checks.lesson06 import devices_from_spec, observe_parse
-    specs = [[["bool", True], 4], [["bool", False], 4], [["float", 2.0], 4], [["float", 0.0], 4], [["NoneType", None], 4],
-             [["list", [1.0]], 4], [["list", ["1"]], 4], [["list", [True]], 4], [["tuple", [0, "1"]], 4],
-             [["set", [0, 1]], 4], [["dict", {"0": 1}], 4]]
-    cases = [(devices_from_spec(spec), available) for spec, available in specs]
-    return {"cases": specs, "results": observe_parse(ns, cases)}
-
-
-def judge_devices(d):
-    from gpucourse.checks.lesson06 import devices_from_spec
-    return judge_parse(d["results"], [(devices_from_spec(spec), available) for spec, available in d["cases"]])
+from gpucourse.checks.lesson06 import judge_batch, judge_picklable
 
 
 # --- device_agnostic ------------------------------------------------------------------------------
@@ -381,13 +309,6 @@ def judge_lr_rule(d):
 
 
 HIDDEN = {
-    "parse_devices": [
-        Case("counts: 0, -1 and n as int or text, on machines of 0 to 8 GPUs", observe_counts, judge_devices),
-        Case("lists, tuples and comma strings keep exactly those GPUs, as a list", observe_lists, judge_devices),
-        Case("impossible requests raise ValueError", observe_impossible, judge_devices),
-        Case("text that is not a number raises ValueError", observe_text, judge_devices),
-        Case("types other than int, str, list or tuple of ints raise TypeError", observe_types, judge_devices),
-    ],
     "device_agnostic": [
         Case("other sizes: 1 and 7 features, a batch of 1", observe_agnostic_sizes, judge_agnostic_sizes),
         Case("float64: dtype and values", observe_agnostic_dtypes, lambda d: judge_agnostic_dtype(d, "torch.float64")),

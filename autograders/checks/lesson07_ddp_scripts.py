@@ -1,15 +1,17 @@
 """Hidden checks for lesson 7 (multi-GPU exercises as scripts). Never released.
 
-Both exercises are launched once per submission as 2-process scripts: the public and hidden cases
-share that launch (a launch costs seconds of start-up on every rank), and the hidden judges look
-closer at the same records. The drivers' inputs (gpucourse.checks.lesson07: AVERAGE_INPUTS,
+Every exercise runs as a 2-process script. average_gradients and synced_metrics are launched once per
+submission: the public and hidden cases share that launch (a launch costs seconds of start-up on every
+rank), and the hidden judges look closer at the same records. accumulate_no_sync's hidden cases share a
+second launch with generated inputs, made only when the public launch passed. The drivers' inputs (gpucourse.checks.lesson07: AVERAGE_INPUTS,
 SYNCED_INPUTS) already differ from the text's picture: unequal shards per rank, a validation set
 DistributedSampler must pad, batches of unequal size, 3 epochs.
 """
 
 from gpucourse.checks import Case
 from gpucourse.checks.ddp import judge_script_ran
-from gpucourse.checks.lesson07 import judge_synced_metric, observe_average_gradients, observe_synced_metrics
+from gpucourse.checks.lesson07 import (judge_accumulate_runs, judge_synced_metric, observe_average_gradients,
+                                       observe_synced_metrics)
 
 
 # --- average_gradients ----------------------------------------------------------------------------
@@ -46,6 +48,39 @@ def judge_missing_gradients(d):
                 return (f"rank {rank}, step {step}: parameters without a gradient must keep .grad None; "
                         f"afterwards these had none: {names}")
     return None
+
+
+# --- accumulate_no_sync ---------------------------------------------------------------------------
+# 1. one optimizer step per accum_steps micro-batches, gradients summed over the group   -> every case (weights)
+# 2. each micro-batch's loss (MSE) divided by accum_steps                                 -> every case (weights)
+# 3. a last, shorter group still steps, its losses still divided by accum_steps           -> "does not divide"
+# 4. DDP all-reduces once per optimizer step: no_sync() on the group's other micro-batches -> every case (rounds)
+# 5. accum_steps=1: a step and an all-reduce after every micro-batch                      -> "accum_steps=1"
+# 6. the ranks' micro-batches may differ in size: still the weights of one process        -> "unequal sizes"
+#    averaging the ranks' mean losses
+# The public launch (accum_steps=2, 4 equal micro-batches) is judged first; a submission that fails it is
+# not launched again, and the hidden judges report the public record's failure.
+
+def observe_accumulate_generated(ns):
+    import random
+    from gpucourse.checks.ddp import run_exercise_script
+    from gpucourse.checks.lesson07 import judge_accumulate_runs
+
+    public = run_exercise_script(ns, "accumulate_no_sync")
+    if judge_accumulate_runs(public) is not None:
+        return {**public, "public_only": True}
+    rng = random.Random(71)
+    equal = rng.randint(3, 6)
+    runs = [{"accum_steps": 1, "rows": [[equal] * 3] * 2},
+            {"accum_steps": 3, "rows": [[equal] * 7] * 2},   # 7 = 3 + 3 + 1
+            {"accum_steps": 5, "rows": [[equal] * 3] * 2},   # fewer micro-batches than accum_steps
+            {"accum_steps": 2, "rows": [[rng.randint(1, 9) for _ in range(6)] for _ in range(2)]}]
+    inputs = {"seed": rng.randint(1, 999), "hidden": rng.choice([5, 12]), "lr": 0.1, "runs": runs}
+    return run_exercise_script(ns, "accumulate_no_sync", inputs=inputs)
+
+
+def judge_accumulate_hidden(runs):
+    return lambda d: judge_accumulate_runs(d, None if d.get("public_only") else runs)
 
 
 # --- synced_metrics -------------------------------------------------------------------------------
@@ -117,6 +152,13 @@ HIDDEN = {
         Case("the gradients equal DDP's after every step, with shards of unequal size", observe_average_gradients,
              judge_gradients_every_step),
         Case("parameters without a gradient keep .grad None", observe_average_gradients, judge_missing_gradients),
+    ],
+    "accumulate_no_sync": [
+        Case("accum_steps=1: a step and an all-reduce after every micro-batch", observe_accumulate_generated,
+             judge_accumulate_hidden([0])),
+        Case("a count of micro-batches accum_steps does not divide: the last, shorter group steps too",
+             observe_accumulate_generated, judge_accumulate_hidden([1, 2])),
+        Case("micro-batches of unequal sizes on the two ranks", observe_accumulate_generated, judge_accumulate_hidden([3])),
     ],
     "synced_metrics": [
         Case("val_loss over the whole set, every epoch, every rank", observe_synced_metrics,

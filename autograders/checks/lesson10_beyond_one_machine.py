@@ -48,8 +48,10 @@ def judge_against_lightning(jobs, data, plain=()):
 #     place tasks cyclically), as ints                                       -> "generated job shapes"
 #  4. world_size is SLURM_NTASKS (not nodes × tasks per node), an int        -> "world size"
 #  5. main_address is MASTER_ADDR when it is set                             -> "MASTER_ADDR"
-#  6. else the first host of SLURM_NODELIST: gpu[017-018], node[003,007-009],
-#     gpu005, cn-a1,cn-b7 (and hosts with dashes, unpadded ranges)           -> "first host"
+#  6. else the first host of SLURM_NODELIST (the exercise hands out
+#     gpucourse.cluster.hostnames for the expansion, so this clause checks the
+#     choice of host, not parsing): gpu[017-018], node[003,007-009], gpu005,
+#     cn-a1,cn-b7 (and hosts with dashes, unpadded ranges)                   -> "first host"
 #  7. a dict with exactly those keys, ints and a str                         -> every case
 
 # (nodes, tasks per node, srun_environments options, extra variables; None removes one): observers repeat these.

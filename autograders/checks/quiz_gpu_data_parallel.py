@@ -23,6 +23,13 @@ KEY = {
     "q8": ("a", "which function returns a number of devices?"),
     "q9": ("d", "memory of tensors that are still alive is never freed by it."),
     "q10": ("b", "nvidia-smi also counts the CUDA context and the allocator's cache."),
+    "q11": ("a", "clip_grad_norm_ compares the gradients with max_norm: in which units are they after a scaled backward?"),
+    "q12": ("b", "compare how many exponent bits float16, bfloat16 and float32 have, and what the scaler protects against."),
+    "q13": ("c", "what kind of host memory can the GPU copy from without the CPU staging it, and what does "
+                 "non_blocking let the host do meanwhile?"),
+    "q14": ("d", "DDP keeps the replicas identical from step to step, and does not change the learning rate."),
+    "q15": ("a", "count every factor: processes per node, nodes, the batch of each process, and the accumulated batches."),
+    "q16": ("b", "SLURM's --ntasks-per-node and --gres are per node, and Lightning wants one task per GPU."),
 }
 
 

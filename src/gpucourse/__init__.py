@@ -15,6 +15,7 @@ One module per lesson, each named for what it holds:
 - ``gpucourse.forecasting`` and ``gpucourse.darts_ddp``: lesson 9, AirPassengers offline with Darts, and the
   ``ddp_spawn`` script (``python -m gpucourse.darts_ddp``).
 - ``gpucourse.cluster``: lesson 10, beyond one machine (SLURM and torchrun launches).
+- ``gpucourse.profiling``: lesson 11, profiling a training loop (``torch.profiler``, traces, timelines).
 - ``gpucourse.checks``: every exercise's public checks (``check("...")`` in the notebooks).
 """
 

@@ -401,3 +401,127 @@ def saved_activation_bytes(model: nn.Module, inputs: torch.Tensor, dtype: torch.
     for size, kind in saved.values():
         totals[kind] += size
     return totals
+
+
+BIT_LAYOUTS = {  # name: (sign, exponent, mantissa bits, torch dtype name or None)
+    "float32": (1, 8, 23, "float32"),
+    "TF32": (1, 8, 10, None),  # a Tensor Core compute format on Ampere and newer, not a storage dtype
+    "float16": (1, 5, 10, "float16"),
+    "bfloat16": (1, 8, 7, "bfloat16"),
+    "float8 e4m3": (1, 4, 3, "float8_e4m3fn"),
+    "float8 e5m2": (1, 5, 2, "float8_e5m2"),
+}
+
+
+def bit_layout_rows() -> list[dict]:
+    """Bits, range and precision of each format in ``BIT_LAYOUTS``, from ``torch.finfo`` (TF32, which is
+    not a storage dtype, has float32's exponent and float16's mantissa: its range is float32's)."""
+    rows = []
+    for name, (sign, exponent, mantissa, dtype) in BIT_LAYOUTS.items():
+        info = torch.finfo(getattr(torch, dtype or "float32"))
+        eps = info.eps if dtype else 2.0 ** -mantissa
+        rows.append({"format": name, "sign": sign, "exponent": exponent, "mantissa": mantissa, "max": info.max,
+                     "smallest_normal": info.tiny, "epsilon": eps})
+    return rows
+
+
+def bit_layout_figure():
+    """Lesson 4's figure: the sign, exponent and mantissa bits of float32, TF32, float16, bfloat16 and
+    the two float8 formats, one box per bit, with each format's range and precision written beside it."""
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import Rectangle
+
+    rows = bit_layout_rows()
+    colours = {"sign": "#e06666", "exponent": "#6fa8dc", "mantissa": "#93c47d"}
+    fig, ax = plt.subplots(figsize=(12, 0.75 * len(rows) + 1.2))
+    for y, row in enumerate(reversed(rows)):
+        x = 0
+        for part in ("sign", "exponent", "mantissa"):
+            for _ in range(row[part]):
+                ax.add_patch(Rectangle((x, y + 0.15), 1, 0.7, facecolor=colours[part], edgecolor="white", lw=0.8))
+                x += 1
+        ax.text(-0.6, y + 0.5, f"{row['format']} ({row['sign'] + row['exponent'] + row['mantissa']} bits)",
+                ha="right", va="center", fontsize=9)
+        ax.text(33, y + 0.5, f"max {row['max']:.3g}, smallest normal {row['smallest_normal']:.2g}, "
+                f"epsilon {row['epsilon']:.2g}", va="center", fontsize=8.5)
+    for part, colour in colours.items():
+        ax.bar(0, 0, color=colour, label={"sign": "sign", "exponent": "exponent (range)",
+                                          "mantissa": "mantissa (precision)"}[part])
+    ax.legend(loc="upper center", bbox_to_anchor=(0.35, -0.12), ncol=3, frameon=False, fontsize=9)
+    ax.set_xlim(-12, 56)
+    ax.set_ylim(0, len(rows))
+    ax.set_yticks([])
+    ax.set_xticks(range(0, 33, 8))
+    ax.set_xlabel("bit position (bits, from the sign bit)")
+    ax.set_title("Floating-point formats: exponent bits set the range, mantissa bits the precision")
+    for side in ("top", "right", "left"):
+        ax.spines[side].set_visible(False)
+    fig.tight_layout()
+    return fig
+
+
+def confident_classifier(seed: int = 0, width: int = 32, batch: int = 2048, sharpness: float = 30.0):
+    """A small Tanh MLP and a batch it already classifies confidently, as late in training: the gradients
+    of its loss are tiny, and in float16 many of them underflow (lesson 4's histogram)."""
+    generator = torch.Generator().manual_seed(seed)
+    torch.manual_seed(seed)
+    model = nn.Sequential(nn.Linear(32, width), nn.Tanh(), nn.Linear(width, width), nn.Tanh(), nn.Linear(width, 10))
+    inputs = torch.randn(batch, 32, generator=generator)
+    with torch.no_grad():
+        model[-1].weight.mul_(sharpness)
+        targets = model(inputs).argmax(dim=1)  # the labels it already predicts, with large margins
+    return model, inputs, targets
+
+
+def float16_activation_gradients(model: nn.Module, inputs: torch.Tensor, targets: torch.Tensor,
+                                 scale: float | None = None) -> torch.Tensor:
+    """The real gradients of the loss with respect to every Linear layer's output, as backward computes them.
+
+    ``scale=None``: plain float32, no autocast (the reference). Otherwise the forward runs under
+    ``torch.autocast("cpu", dtype=torch.float16)``, so those outputs and their gradients are float16, and
+    backward starts from ``loss * scale`` (``scale=1``: no loss scaling; ``GradScaler`` multiplies by its
+    scale, 65536 by default). Returns the gradients, flattened, in float64 and still multiplied by ``scale``.
+    """
+    grads: list[torch.Tensor] = []
+
+    def keep_gradient(module, args, out) -> None:
+        out.register_hook(lambda g: grads.append(g.detach()))
+
+    handles = [m.register_forward_hook(keep_gradient) for m in model.modules() if isinstance(m, nn.Linear)]
+    try:
+        model.zero_grad(set_to_none=True)
+        with torch.autocast("cpu", dtype=torch.float16, enabled=scale is not None):
+            loss = nn.functional.cross_entropy(model(inputs), targets)
+        (loss * (scale or 1.0)).backward()
+    finally:
+        for handle in handles:
+            handle.remove()
+    model.zero_grad(set_to_none=True)
+    return torch.cat([g.flatten().double() for g in grads])
+
+
+def gradient_histogram_figure(reference: torch.Tensor, unscaled: torch.Tensor, scaled: torch.Tensor, scale: float):
+    """Histograms of log2 |gradient| (lesson 4): float32, float16 without loss scaling and float16 after
+    scaling by ``scale``, with float16's smallest subnormal (2^-24) and smallest normal (2^-14) marked.
+    Gradients that are exactly 0 cannot go on a log axis: their count is in each panel's legend."""
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(3, 1, figsize=(8, 7), sharex=True)
+    panels = [("float32 (reference)", reference), ("float16, no loss scaling", unscaled),
+              (f"float16, loss scaled by {scale:g} (= 2^{torch.tensor(scale).log2().item():.0f})", scaled)]
+    nonzero = [p[p != 0].abs().log2() for _, p in panels]
+    low = min(float(v.min()) for v in nonzero if v.numel())
+    high = max(float(v.max()) for v in nonzero if v.numel())
+    bins = torch.linspace(min(low, -27) - 0.5, high + 0.5, 60).tolist()
+    for ax, (title, values), logs in zip(axes, panels, nonzero):
+        zeros = int((values == 0).sum())
+        ax.hist(logs.numpy(), bins=bins, color="#6fa8dc", label=f"{zeros} of {values.numel()} are exactly 0")
+        ax.axvline(-24, color="#cc0000", ls="--", label="float16 smallest subnormal 2^-24")
+        ax.axvline(-14, color="#e69138", ls=":", label="float16 smallest normal 2^-14")
+        ax.set_title(title, fontsize=10)
+        ax.set_ylabel("count")
+        ax.legend(fontsize=8, loc="upper left")
+    axes[-1].set_xlabel("log2 |gradient| (of the loss w.r.t. each layer's output)")
+    fig.suptitle("Real gradients of a small confident classifier, one backward pass")
+    fig.tight_layout()
+    return fig

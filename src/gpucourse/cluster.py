@@ -18,6 +18,7 @@ import json
 import os
 import subprocess
 import sys
+from typing import Any
 
 # One task per GPU: srun starts nodes * gpus_per_node copies of the script and Lightning does not
 # spawn any more (SLURMEnvironment.creates_processes_externally is True). The numbers must match
@@ -105,6 +106,81 @@ def hostlist(prefix: str, numbers: list[int], width: int = 3) -> str:
             runs.append([number, number])
     parts = [f"{a:0{width}d}" if a == b else f"{a:0{width}d}-{b:0{width}d}" for a, b in runs]
     return f"{prefix}[{','.join(parts)}]"
+
+
+def hostnames(nodelist: str) -> list[str]:
+    """Expand a SLURM host list, as ``scontrol show hostnames "$SLURM_JOB_NODELIST"`` prints it.
+
+    ``hostnames("gpu[017-018],login-2")`` -> ``["gpu017", "gpu018", "login-2"]``; ranges keep their
+    zero padding (``node[003,007-009]``), and ``gpu[8-10]`` gives ``gpu8``, ``gpu9``, ``gpu10``.
+    """
+    hosts, part, depth = [], "", 0
+    for char in nodelist.strip() + ",":
+        if char == "," and depth == 0:
+            if part:
+                hosts += _expand_one(part)
+            part = ""
+            continue
+        depth += (char == "[") - (char == "]")
+        part += char
+    return hosts
+
+
+def _expand_one(pattern: str) -> list[str]:
+    """``"gpu[017-018]x"`` -> ``["gpu017x", "gpu018x"]`` (the first bracket; later ones recursively)."""
+    if "[" not in pattern:
+        return [pattern]
+    prefix, rest = pattern.split("[", 1)
+    inside, suffix = rest.split("]", 1)
+    names = []
+    for item in inside.split(","):
+        first, _, last = item.partition("-")
+        numbers = range(int(first), int(last or first) + 1)
+        names += [f"{prefix}{n:0{len(first)}d}" for n in numbers]
+    return [name + tail for name in names for tail in _expand_one(suffix)]
+
+
+def rank_table(nodes: int, tasks_per_node: int, distribution: str = "block") -> list[dict]:
+    """Where each task of a ``nodes`` × ``tasks_per_node`` job runs, and its ranks, as ints.
+
+    One dict per task (``rank`` = SLURM_PROCID = RANK, ``local_rank`` = SLURM_LOCALID = LOCAL_RANK,
+    ``node_rank`` = SLURM_NODEID = NODE_RANK, ``host``), read from :func:`srun_environments`: the
+    figure of :func:`draw_rank_grid` and the lesson's tables come from the same function.
+    """
+    return [{"rank": int(e["SLURM_PROCID"]), "local_rank": int(e["SLURM_LOCALID"]),
+             "node_rank": int(e["SLURM_NODEID"]), "host": e["SLURMD_NODENAME"]}
+            for e in srun_environments(nodes, tasks_per_node, distribution=distribution)]
+
+
+def draw_rank_grid(nodes: int = 2, tasks_per_node: int = 4, distribution: str = "block") -> Any:
+    """Draw the nodes of a job as rows and their GPUs as boxes, each labelled with its task's ranks.
+
+    One task per GPU (Lightning under srun): the task with local rank *k* drives ``cuda:k`` of its
+    node. The labels come from :func:`rank_table`, i.e. from the variables :func:`srun_environments`
+    gives each task. Returns the matplotlib Figure.
+    """
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import Rectangle
+
+    table = rank_table(nodes, tasks_per_node, distribution)
+    fig, ax = plt.subplots(figsize=(1.9 * tasks_per_node + 1.6, 1.5 * nodes + 0.9))
+    for task in table:
+        x, y = task["local_rank"], nodes - 1 - task["node_rank"]
+        ax.add_patch(Rectangle((x + 0.06, y + 0.1), 0.88, 0.8, fc=plt.cm.tab10(task["node_rank"] % 10), alpha=0.35,
+                               ec="black"))
+        ax.text(x + 0.5, y + 0.5, f"cuda:{task['local_rank']}\nRANK {task['rank']}\nLOCAL_RANK {task['local_rank']}\n"
+                f"NODE_RANK {task['node_rank']}", ha="center", va="center", fontsize=8)
+    hosts = {t["node_rank"]: t["host"] for t in table}
+    ax.set_yticks([nodes - 1 - n + 0.5 for n in range(nodes)], [f"node {n}\n{hosts[n]}" for n in range(nodes)])
+    ax.set_xticks([k + 0.5 for k in range(tasks_per_node)], [f"GPU {k}" for k in range(tasks_per_node)])
+    ax.set_xlim(0, tasks_per_node); ax.set_ylim(0, nodes)
+    ax.set_xlabel("GPU of the node (= LOCAL_RANK, one task per GPU)")
+    ax.set_ylabel("node (= NODE_RANK)")
+    ax.tick_params(length=0)
+    ax.set_title(f"{nodes} nodes × {tasks_per_node} GPUs, srun --distribution={distribution}: "
+                 f"WORLD_SIZE {nodes * tasks_per_node}", fontsize=10)
+    fig.tight_layout()
+    return fig
 
 
 def srun_environments(nodes: int, tasks_per_node: int, *, prefix: str = "gpu", numbers: list[int] | None = None,

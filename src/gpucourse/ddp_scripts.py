@@ -6,7 +6,11 @@
 - ``torchrun`` and ``read_rank_reports`` (from ``gpucourse.launch``): launch a script or module on N
   processes, as on a GPU machine, and read the report each rank wrote;
 - ``python -m gpucourse.ddp_scripts``: a DDP training script (raw torch.distributed) that reports each
-  rank's step time and a checksum of its weights, to run under torchrun on CPUs or GPUs.
+  rank's step time and a checksum of its weights, to run under torchrun on CPUs or GPUs;
+- ``ring_all_reduce`` and ``plot_ring_all_reduce``: the ring algorithm in one process, step by step, and
+  its per-rank traffic 2(N-1)/N against N;
+- ``ddp_timeline`` and ``plot_ddp_overlap``: a model of DDP's bucketed all-reduce overlapping backward;
+- ``sampler_orders``: what DistributedSampler hands one rank each epoch, with and without ``set_epoch``.
 """
 
 from __future__ import annotations
@@ -147,3 +151,157 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+# --- How the all-reduce works: ring all-reduce, and DDP's buckets overlapping backward ---------------
+
+@dataclass
+class Ring:
+    outputs: list            # every rank's result: the element-wise sum of all ranks' tensors
+    steps: list              # (phase, step, [(sender, receiver, chunk), ...]) in order
+    sent_per_rank: list      # elements each rank sent in all
+
+
+def ring_all_reduce(tensors: list) -> Ring:
+    """Sum ``tensors`` (one per rank, same shape) the way NCCL's and gloo's ring algorithm does, in one
+    process. Each tensor is cut into N chunks; rank r only ever sends to rank (r + 1) % N.
+
+    - reduce-scatter, N - 1 steps: at step s rank r sends chunk (r - s) % N, the receiver adds it to its
+      own; afterwards rank r holds the complete sum of chunk (r + 1) % N;
+    - all-gather, N - 1 steps: at step s rank r sends chunk (r + 1 - s) % N, complete, and the receiver
+      keeps it; afterwards every rank holds every complete chunk.
+
+    Each rank sends 2 (N - 1) chunks of size/N: 2 (N - 1) / N times the tensor's size, whatever N is.
+    """
+    n = len(tensors)
+    chunks = [list(t.detach().reshape(-1).clone().tensor_split(n)) for t in tensors]
+    steps, sent = [], [0] * n
+    for phase in ("reduce-scatter", "all-gather"):
+        for s in range(n - 1):
+            moves = [(r, (r + 1) % n, (r - s) % n if phase == "reduce-scatter" else (r + 1 - s) % n) for r in range(n)]
+            payload = [chunks[sender][chunk].clone() for sender, _, chunk in moves]  # all sends happen at once
+            for (sender, receiver, chunk), data in zip(moves, payload):
+                sent[sender] += data.numel()
+                chunks[receiver][chunk] = chunks[receiver][chunk] + data if phase == "reduce-scatter" else data
+            steps.append((phase, s + 1, moves))
+    outputs = [torch.cat(c).reshape(tensors[0].shape) for c in chunks]
+    return Ring(outputs, steps, sent)
+
+
+def plot_ring_all_reduce(n: int = 4, max_ranks: int = 64):
+    """Left: who sends which chunk at each step of a ring all-reduce on ``n`` ranks. Right: the data each
+    rank sends, 2 (N - 1) / N times the gradient's size, against the number of processes N."""
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import Patch
+
+    ring = ring_all_reduce([torch.zeros(n) for _ in range(n)])
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 3.6), gridspec_kw={"width_ratios": [1.3, 1]})
+    colors = {"reduce-scatter": "tab:blue", "all-gather": "tab:orange"}
+    for column, (phase, step, moves) in enumerate(ring.steps):
+        for sender, receiver, chunk in moves:
+            left.add_patch(plt.Rectangle((column, sender), 0.94, 0.9, color=colors[phase], alpha=0.35))
+            left.text(column + 0.47, sender + 0.45, f"c{chunk}→r{receiver}", ha="center", va="center", fontsize=8)
+    left.set_xlim(0, len(ring.steps)); left.set_ylim(n, 0)
+    left.set_xticks([i + 0.47 for i in range(len(ring.steps))], [str(i + 1) for i in range(len(ring.steps))])
+    left.set_yticks([r + 0.45 for r in range(n)], [f"rank {r}" for r in range(n)])
+    left.set_xlabel("step (reduce-scatter: N-1 steps, then all-gather: N-1 steps)")
+    left.set_ylabel("sending rank")
+    left.set_title(f"Ring all-reduce on {n} ranks: chunk c sent to rank r")
+    left.legend(handles=[Patch(color=c, alpha=0.35, label=p) for p, c in colors.items()], loc="upper center",
+                bbox_to_anchor=(0.5, -0.2), ncol=2, fontsize=8)
+    ranks = list(range(2, max_ranks + 1))
+    right.plot(ranks, [2 * (k - 1) / k for k in ranks], label="ring: 2(N-1)/N")
+    right.axhline(2, color="gray", linestyle="--", label="limit: 2")
+    right.set_xscale("log", base=2)
+    right.set_ylim(0, 2.3)
+    right.set_xlabel("number of processes N (log scale)")
+    right.set_ylabel("data sent per rank (× gradient size)")
+    right.set_title("Per-rank traffic barely grows with N")
+    right.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+@dataclass
+class Timeline:
+    backward: list   # (layer, start, end): gradients computed from the last layer to the first
+    buckets: list    # (layers in the bucket, ready, all-reduce start, all-reduce end)
+    no_overlap_end: float  # when the step would end if every all-reduce waited for the whole backward
+
+    @property
+    def end(self) -> float:
+        return max(self.backward[-1][2], self.buckets[-1][3])
+
+
+def ddp_timeline(layer_sizes=(4, 8, 8, 8, 8, 6), bucket_cap: float = 14, compute_per_unit: float = 1.0,
+                 reduce_per_unit: float = 0.6) -> Timeline:
+    """A model of one DDP backward pass (not a measurement). Layer i's gradient takes
+    ``compute_per_unit * size`` to compute, last layer first. Gradients fill buckets in that order (a new
+    bucket once ``bucket_cap`` is reached, like ``bucket_cap_mb``); a bucket is ready when its last gradient
+    is, and its all-reduce (``reduce_per_unit * size``) starts then, or when the previous one finishes:
+    one communication stream, running while backward computes the layers before it."""
+    t, backward = 0.0, []
+    for layer in reversed(range(len(layer_sizes))):
+        backward.append((layer, t, t + compute_per_unit * layer_sizes[layer]))
+        t += compute_per_unit * layer_sizes[layer]
+    finished = {layer: end for layer, _, end in backward}
+    groups, current, filled = [], [], 0.0
+    for layer, _, _ in backward:
+        current.append(layer)
+        filled += layer_sizes[layer]
+        if filled >= bucket_cap:
+            groups.append(current)
+            current, filled = [], 0.0
+    if current:
+        groups.append(current)
+    buckets, free = [], 0.0
+    for group in groups:
+        ready = max(finished[layer] for layer in group)
+        start = max(ready, free)
+        free = start + reduce_per_unit * sum(layer_sizes[layer] for layer in group)
+        buckets.append((group, ready, start, free))
+    return Timeline(backward, buckets, t + reduce_per_unit * sum(layer_sizes))
+
+
+def plot_ddp_overlap(timeline: Timeline | None = None):
+    """The timeline of ``ddp_timeline()``: backward from the last layer to the first, each bucket's
+    all-reduce starting as soon as the bucket is ready, and below it the same work without overlap."""
+    import matplotlib.pyplot as plt
+
+    tl = timeline or ddp_timeline()
+    fig, ax = plt.subplots(figsize=(10, 3.2))
+    for layer, start, end in tl.backward:
+        ax.barh(2, end - start, left=start, color="tab:blue", alpha=0.6, edgecolor="white")
+        ax.text((start + end) / 2, 2, f"layer {layer + 1}", ha="center", va="center", fontsize=8)
+    for i, (group, ready, start, end) in enumerate(tl.buckets):
+        ax.barh(1, end - start, left=start, color="tab:orange", alpha=0.7, edgecolor="white")
+        ax.text((start + end) / 2, 1, f"bucket {i}\n(layers {', '.join(str(g + 1) for g in group)})",
+                ha="center", va="center", fontsize=8)
+        ax.axvline(ready, ymin=0.38, ymax=0.85, color="gray", linestyle=":", linewidth=1)
+    backward_end = tl.backward[-1][2]
+    ax.barh(0, backward_end, color="tab:blue", alpha=0.25)
+    ax.barh(0, tl.no_overlap_end - backward_end, left=backward_end, color="tab:orange", alpha=0.4)
+    ax.text(backward_end / 2, 0, "backward", ha="center", va="center", fontsize=8)
+    ax.text((backward_end + tl.no_overlap_end) / 2, 0, "one all-reduce after it", ha="center", va="center", fontsize=8)
+    ax.set_yticks([0, 1, 2], ["without overlap", "all-reduce\n(communication)", "backward\n(compute)"])
+    ax.set_xlabel("time (arbitrary units: a model, not a measurement)")
+    ax.set_title("DDP: gradient buckets are all-reduced while backward computes earlier layers "
+                 "(dotted: bucket ready)")
+    fig.tight_layout()
+    return fig
+
+
+def sampler_orders(n: int, epochs: int, rank: int = 0, world_size: int = 2, set_epoch: bool = True,
+                   seed: int = 0) -> list[list[int]]:
+    """The indices ``DistributedSampler(shuffle=True)`` hands rank ``rank`` of ``world_size`` in each
+    epoch of a dataset of ``n`` samples. The shuffle is seeded by ``seed + epoch``; without
+    ``sampler.set_epoch(epoch)`` the epoch stays 0, and every epoch repeats the same order."""
+    from torch.utils.data import DistributedSampler
+
+    sampler = DistributedSampler(range(n), num_replicas=world_size, rank=rank, shuffle=True, seed=seed)
+    orders = []
+    for epoch in range(epochs):
+        if set_epoch:
+            sampler.set_epoch(epoch)
+        orders.append(list(sampler))
+    return orders

@@ -93,7 +93,7 @@ def diagnose(f: Facts) -> list[Finding]:
         found.append(Finding("problem" if (f.driver_version or f.nvidia_smi) else "info",
                              f"torch {f.torch_version} is a CPU-only build: it cannot use a GPU even if there is one.",
                              "Install a CUDA build of torch: pick your OS, pip and CUDA version on pytorch.org's "
-                             "'Get started' page and use the command it gives (on Linux, the default `pip install torch` is one)."))
+                             "'Get started' page and use the command it gives (on Linux x86-64, the default `pip install torch` is one)."))
     elif f.driver_version is None and not f.nvidia_smi:
         found.append(Finding("problem", f"torch is built for CUDA {f.cuda_build}, but no NVIDIA driver is loaded "
                                         "(or this machine has no NVIDIA GPU).",

@@ -3,7 +3,8 @@
 - ``regression_data`` and ``MLP``: one small problem, trained two ways;
 - ``train_plain``: the hand-written loop with ``.to(device)`` everywhere (what Lightning replaces);
 - ``LitRegressor``: the same model as a LightningModule, every hook in its place, writing down which
-  process ran ``prepare_data`` and ``setup`` so the lesson can show the difference under DDP;
+  process ran ``prepare_data`` and ``setup`` so the lesson can show the difference under DDP; it logs
+  one synchronized metric, ``val_loss`` (lesson 7's exercise on synchronized metrics is left to you);
 - ``quiet_trainer``: a Trainer without logger, checkpoints or progress bar, for short demonstrations;
 - ``lightning_device_ids``: how Lightning itself parses ``devices=`` for a machine with N GPUs;
 - ``REMOVED`` and ``try_trainer``: the 2021-22 Trainer arguments, run on the installed Lightning.
@@ -65,7 +66,6 @@ class LitRegressor(pl.LightningModule):
         super().__init__()
         self.save_hyperparameters()
         self.model = MLP(hidden)
-        self.val_errors: list[torch.Tensor] = []
 
     def _note(self, hook: str) -> None:
         with open(Path(self.hparams.data_dir) / "hooks.log", "a") as log:
@@ -104,15 +104,7 @@ class LitRegressor(pl.LightningModule):
 
     def validation_step(self, batch, batch_idx):
         x, y = batch
-        self.val_errors.append((self(x) - y).abs())
-        self.log("val_loss", F.mse_loss(self(x), y), sync_dist=True)
-
-    # Replaces validation_epoch_end(self, outputs), removed in Lightning 2.0.
-    def on_validation_epoch_end(self):
-        errors = self.all_gather(torch.cat(self.val_errors))  # every process's errors, on every process
-        # Already the same value everywhere, so no sync_dist (Lightning still suggests it, harmlessly).
-        self.log("val_max_error", errors.max())
-        self.val_errors.clear()
+        self.log("val_loss", F.mse_loss(self(x), y), sync_dist=True)  # the mean over every process's batches
 
     def configure_optimizers(self):
         return torch.optim.Adam(self.parameters(), lr=self.hparams.lr)
@@ -150,12 +142,13 @@ REMOVED = [
      'devices=-1 for every GPU; devices=find_usable_cuda_devices(2) for free GPUs in exclusive mode'),
     ({"strategy": "dp"}, "removed in 2.0: one process driving every GPU is slower than DDP, bound by the GIL",
      'strategy="ddp" in a script, "ddp_notebook" in a notebook'),
-    ({"strategy": "ddp2"}, "removed in 1.8 (rarely used, hard to maintain)", 'strategy="ddp"'),
+    ({"strategy": "ddp2"}, "support removed in 1.7, the class itself in 1.8", 'strategy="ddp"'),
     ({"strategy": "horovod"}, "the Horovod integration is gone: Lightning 2.x has no such strategy",
      'strategy="ddp" (or Horovod directly)'),
     ({"strategy": "ddp_sharded"}, "removed in 2.0 with the FairScale integration: sharding is in PyTorch now",
      'strategy="fsdp"'),
-    ({"accelerator": "ddp"}, "in 1.x before 1.5 accelerator= also chose how to distribute; that moved to strategy=",
+    ({"accelerator": "ddp"}, "before 1.5 accelerator= also chose how to distribute; strategy= took that over "
+     "in 1.5, and strategy names in accelerator= were refused from 1.7",
      'Trainer(accelerator="gpu", strategy="ddp")'),
 ]
 

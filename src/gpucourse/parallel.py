@@ -27,7 +27,10 @@ KINDS = ("serial", "threads", "processes", "asyncio")
 # --- the machine -------------------------------------------------------------------------
 
 def usable_cores() -> int:
-    """Cores this process may run on (affinity and cgroup-aware where Python can tell)."""
+    """Cores this process may run on: its CPU affinity (``taskset``, SLURM, a container's cpuset).
+
+    A CPU-time quota (``docker run --cpus``) is not an affinity and does not show here.
+    """
     if hasattr(os, "process_cpu_count"):  # 3.13+
         count = os.process_cpu_count()
     elif hasattr(os, "sched_getaffinity"):

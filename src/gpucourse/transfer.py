@@ -61,3 +61,45 @@ def conv_seconds(channels_last: bool, batch: int = 16, channels: int = 64, size:
             conv(x)
 
     return seconds_per_call(forward, min_seconds=min_seconds)
+
+
+def staging_figure():
+    """Lesson 5's diagram of a host-to-GPU copy: from pageable memory the CPU first copies the data into
+    a pinned staging buffer that the driver keeps, then the GPU's copy engine (DMA) reads that buffer; from
+    memory allocated pinned, the copy engine reads the tensor itself, with no staging step and no CPU work.
+    Returns the matplotlib Figure (a diagram: no measured numbers)."""
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import FancyArrowPatch, FancyBboxPatch
+
+    fig, axes = plt.subplots(1, 2, figsize=(12, 3.8))
+    rows = [
+        ("from pageable memory (pin_memory=False)",
+         [("pageable tensor\n(host RAM; the OS\nmay move it)", "#f4cccc"),
+          ("pinned staging\nbuffer (host RAM,\nthe driver's)", "#fff2cc"),
+          ("GPU memory", "#d9ead3")],
+         ["CPU copies\n(memcpy, CPU busy)", "DMA by the\ncopy engine"]),
+        ("from pinned memory (pin_memory=True)",
+         [("pinned tensor\n(host RAM,\npage-locked)", "#fff2cc"), ("GPU memory", "#d9ead3")],
+         ["DMA by the copy engine;\nnon_blocking=True lets the\nCPU go on meanwhile"]),
+    ]
+    for ax, (title, boxes, arrows) in zip(axes, rows):
+        xs = [0.1 + i * 0.8 / (len(boxes) - 1) for i in range(len(boxes))]
+        for x, (label, colour) in zip(xs, boxes):
+            ax.add_patch(FancyBboxPatch((x - 0.1, 0.35), 0.2, 0.3, boxstyle="round,pad=0.02", facecolor=colour,
+                                        edgecolor="black"))
+            ax.text(x, 0.5, label, ha="center", va="center", fontsize=8)
+        for (x0, x1), label in zip(zip(xs, xs[1:]), arrows):
+            ax.add_patch(FancyArrowPatch((x0 + 0.12, 0.5), (x1 - 0.12, 0.5), arrowstyle="-|>", mutation_scale=15))
+            ax.text((x0 + x1) / 2, 0.72, label, ha="center", va="bottom", fontsize=8)
+        ax.axhline(0.2, xmin=0.0, xmax=1.0, color="grey", lw=0.5)
+        ax.text(0.0, 0.12, "host (CPU side)", fontsize=8, color="grey")
+        ax.text(1.0, 0.12, "device (GPU side)", fontsize=8, color="grey", ha="right")
+        ax.set_xlim(-0.05, 1.05)
+        ax.set_ylim(0, 1)
+        ax.set_title(title, fontsize=10)
+        ax.set_xlabel("where the bytes are, step by step")
+        ax.set_xticks([])
+        ax.set_yticks([])
+    fig.suptitle("A host-to-GPU copy: pageable memory is staged through a pinned buffer, pinned memory is not")
+    fig.tight_layout()
+    return fig

@@ -175,3 +175,65 @@ def count_host_reads() -> Iterator[HostReads]:
 def logged_losses_every_step(step: Callable, batches: Sequence) -> list[float]:
     """The habit the TPU guide warns about: ``loss.item()`` after every step (one host read per step)."""
     return [step(batch).item() for batch in batches]
+
+
+def draw_tpu_topology(hosts: int = 4, chips_per_host: int = 4, cores_per_chip: int = 2,
+                      name: str = "e.g. a v3-32 slice") -> Any:
+    """Draw TensorCores on chips, chips on a host, and hosts joined by ICI into a pod slice.
+
+    The defaults are one example, the v3 generation (2 TensorCores per chip, 4 chips per host, so a
+    "v3-8" is one host and a "v3-32" four); other generations differ (one TensorCore per chip on
+    v5e and v6e, for one): read the generation's page. Returns the matplotlib Figure: left, one host
+    with its chips and cores; right, the slice, one box per host.
+    """
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import FancyBboxPatch, Rectangle
+
+    def n(count: int, word: str) -> str:  # "1 chip", "4 chips"
+        return f"{count} {word}" + ("" if count == 1 else "s")
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4.2), gridspec_kw={"width_ratios": [1.1, 1]})
+    # left: one host (the TPU VM): CPU and RAM, and its chips, each with TensorCores and HBM
+    left.add_patch(FancyBboxPatch((0, 0), 10, 10, boxstyle="round,pad=0.1", fc="#eeeeee", ec="black"))
+    left.text(0.3, 9.4, "host (TPU VM): CPU, RAM, disk; runs your script", fontsize=8, va="center")
+    cols = 2 if chips_per_host > 1 else 1
+    rows = -(-chips_per_host // cols)
+    width, height = 9.0 / cols, 8.2 / rows
+    for chip in range(chips_per_host):
+        r, c = divmod(chip, cols)
+        x, y = 0.5 + c * width, 8.6 - (r + 1) * height
+        left.add_patch(Rectangle((x + 0.1, y + 0.1), width - 0.2, height - 0.2, fc="#cfe2f3", ec="black"))
+        left.text(x + 0.3, y + height - 0.45, f"chip {chip}  (HBM)", fontsize=8)
+        core_w = (width - 0.6) / cores_per_chip
+        for core in range(cores_per_chip):
+            left.add_patch(Rectangle((x + 0.3 + core * core_w, y + 0.3), core_w - 0.15, height - 1.1,
+                                     fc="#f9cb9c", ec="black"))
+            left.text(x + 0.3 + core * core_w + (core_w - 0.15) / 2, y + 0.3 + (height - 1.1) / 2,
+                      f"core\n{chip * cores_per_chip + core}", ha="center", va="center", fontsize=7)
+    left.set_xlim(-0.3, 10.3); left.set_ylim(-0.3, 10.3); left.set_aspect("equal"); left.axis("off")
+    left.set_title(f"one host: {n(chips_per_host, 'chip')} × {n(cores_per_chip, 'TensorCore')} = "
+                   f"{n(chips_per_host * cores_per_chip, 'core')}", fontsize=9)
+    # right: the slice, hosts side by side, every chip linked to its neighbours by ICI
+    per_row = 2 if hosts > 1 else 1
+    host_rows = -(-hosts // per_row)
+    for host in range(hosts):
+        r, c = divmod(host, per_row)
+        x, y = c * 5.2, (host_rows - 1 - r) * 5.2
+        right.add_patch(FancyBboxPatch((x, y), 4.4, 4.4, boxstyle="round,pad=0.1", fc="#eeeeee", ec="black"))
+        right.text(x + 2.2, y + 4.0, f"host {host}", ha="center", fontsize=8)
+        for chip in range(chips_per_host):
+            cr, cc = divmod(chip, cols)
+            right.add_patch(Rectangle((x + 0.4 + cc * 1.9, y + 2.6 - cr * 1.3), 1.6, 1.0, fc="#cfe2f3", ec="black"))
+    centre = {h: ((h % per_row) * 5.2 + 2.2, (host_rows - 1 - h // per_row) * 5.2 + 2.2) for h in range(hosts)}
+    for host in range(hosts):  # ICI links between neighbouring hosts' chips (right and below)
+        for other in (host + 1 if (host + 1) % per_row else None, host + per_row):
+            if other is not None and other < hosts:
+                right.annotate("", xy=centre[other], xytext=centre[host],
+                               arrowprops=dict(arrowstyle="<->", color="tab:red", lw=1.5))
+    right.text(0, -0.8, "red: inter-chip interconnect (ICI); each host runs the same script", fontsize=8, color="tab:red")
+    right.set_xlim(-0.5, per_row * 5.2); right.set_ylim(-1.2, host_rows * 5.2); right.set_aspect("equal"); right.axis("off")
+    right.set_title(f"{name}: {n(hosts, 'host')} × {n(chips_per_host, 'chip')} = {n(hosts * chips_per_host, 'chip')}, "
+                    f"{n(hosts * chips_per_host * cores_per_chip, 'TensorCore')}", fontsize=9)
+    fig.suptitle("TPU: TensorCores, chips, hosts and a pod slice (numbers are one example)")
+    fig.tight_layout()
+    return fig

@@ -14,8 +14,11 @@ observer fetches an answer with ``answer(ns, name)``, so a missing or mistyped a
 In a notebook, ``check("parallel_map")`` runs an exercise's public cases right there (this is what
 the test cell under each exercise does, in JupyterLab and on Colab): it prints one ✓/✗ line per case
 and, when one fails, raises ``CheckFailed``, which IPython shows as one line without a traceback: the
-cell still ends with an error output, so Validate and autograding count it as failed. The course's grader
-runs the observers, public and hidden, in a sandbox, and the judges in its own process.
+cell still ends with an error output, so Validate and autograding count it as failed. For an answer
+exercise (a quiz letter, a dict of choices) whose public checks pass, it then says whether the answer
+is right, "self-check: correct" or "not yet", from a hashed key (``self_check``; off where the course
+turns it off). The course's grader runs the observers, public and hidden, in a sandbox, and the
+judges in its own process.
 """
 
 from __future__ import annotations
@@ -225,3 +228,6 @@ def check(exercise: str, namespace: dict | None = None) -> None:
     if failures:
         raise CheckFailed(f"{exercise}: {len(failures)} of {len(cases)} public checks failed (✗ above)", failures)
     print(f"{exercise}: all {len(cases)} public checks passed (grading runs more)")
+    if EXERCISES[exercise].kind == "answer":  # "correct" or "not yet" against a hashed key (checks/self_check.py)
+        from gpucourse.checks.self_check import verdict
+        print(verdict(exercise, namespace))

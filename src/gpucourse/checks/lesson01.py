@@ -108,6 +108,9 @@ register("choose_tools", Case("one known tool for each of a-f", observe_choices,
                          '"serial", "threads", "processes" or "asyncio"')], points=2, kind="answer")
 
 
+# (Exercise 4, explaining a measurement, is a markdown answer graded by hand: nothing to declare.)
+
+
 # --- Exercise 5: processes that talk (run as a 2-process script) --------------------------
 
 def drive_average_across_ranks(ns, inputs=None):

@@ -45,7 +45,7 @@ register(
 )
 
 
-# --- Exercise 2: a timing harness -----------------------------------------------------------
+# --- Exercise 3: a timing harness -----------------------------------------------------------
 
 def observe_measure(ns):
     from gpucourse.checks import answer
@@ -63,7 +63,7 @@ register("measure", Case("20 ms of asynchronous work per call measures as about 
                          "per call of run(), a float")], points=2)
 
 
-# --- Exercise 3: synchronization points ------------------------------------------------------
+# --- Exercise 2: synchronization points ------------------------------------------------------
 
 def observe_sync_lines(ns):
     from gpucourse.checks import answer
@@ -77,3 +77,52 @@ register("sync_lines", Case("a set of line numbers between 1 and 14", observe_sy
          answers=[Answer("sync_lines", "set",
                          "a set of ints, the numbers (1 to 14) of the lines that make the CPU wait for the GPU")],
          points=2, kind="answer")
+
+
+# --- Exercise 4: a Triton kernel, masked and blocked ---------------------------------------
+# The launches run in Triton's interpreter on CPU tensors, in a child process, between guard areas
+# (gpucourse.kernels.probe_launch): a kernel without a mask writes into a guard, not into the grader.
+
+def observe_triton_smaller_than_block(ns):
+    from gpucourse.checks import answer
+    from gpucourse.kernels import probe_launch
+    return probe_launch(answer(ns, "scaled_add"), [(1, 16, "float32"), (5, 16, "float32")], alpha=2.0, namespaces=[ns])
+
+
+def observe_triton_full_blocks(ns):
+    from gpucourse.checks import answer
+    from gpucourse.kernels import probe_launch
+    return probe_launch(answer(ns, "scaled_add"), [(64, 16, "float32"), (96, 32, "float32")], alpha=-1.5,
+                        namespaces=[ns])
+
+
+def observe_triton_tail(ns):
+    from gpucourse.checks import answer
+    from gpucourse.kernels import probe_launch
+    return probe_launch(answer(ns, "scaled_add"), [(70, 16, "float32"), (1000, 128, "float32")], alpha=0.5,
+                        namespaces=[ns])
+
+
+def observe_triton_float16(ns):
+    from gpucourse.checks import answer
+    from gpucourse.kernels import probe_launch
+    return probe_launch(answer(ns, "scaled_add"), [(37, 16, "float16"), (300, 64, "float16")], alpha=3.0,
+                        namespaces=[ns])
+
+
+def judge_triton_rows(d):
+    from gpucourse.kernels import probe_problem
+    return probe_problem(d, configs=2)
+
+
+register(
+    "triton_scaled_add",
+    Case("n smaller than one block", observe_triton_smaller_than_block, judge_triton_rows),
+    Case("several full blocks", observe_triton_full_blocks, judge_triton_rows),
+    Case("a partial last block", observe_triton_tail, judge_triton_rows),
+    Case("float16", observe_triton_float16, judge_triton_rows),
+    answers=[Answer("scaled_add", "function",
+                    "a function scaled_add(x, y, alpha, out, block_size=128) that launches your Triton kernel, "
+                    "block_size elements per block, to write alpha * x + y into out, and returns out")],
+    points=2,
+)

@@ -2,7 +2,9 @@
 
 The training loop is graded on behaviour: the observer hands it a model, an optimizer and a
 GradScaler that record what happens to them (forward under autocast or not, backward under autocast
-or not, scale/step/update/zero_grad in which order) and the losses it saw.
+or not, scale/step/update/zero_grad in which order) and the losses it saw. The clipped AMP step is
+graded the same way: the order of the student's scaler calls, the norm returned, and the norm of the
+gradients the optimizer really steps with.
 """
 
 from __future__ import annotations
@@ -132,3 +134,73 @@ register("train_epoch",
                   Answer("evaluate", "function",
                          "a function evaluate(model, loader, device_type, dtype) returning the fraction of "
                          "correct predictions, a float")], points=4)
+
+
+def observe_clipped_step(ns):
+    import copy
+
+    import torch
+    from torch import nn
+    from gpucourse.checks import answer
+    from gpucourse.checks.lesson04 import recording_scaler
+
+    events = []
+
+    def record(call, tensor):
+        if call == "scaled":
+            if tensor.requires_grad:
+                tensor.register_hook(lambda grad: events.append(("scaled backward",)))
+        else:
+            events.append((call,))
+
+    class RecordedSGD(torch.optim.SGD):
+        def step(self, closure=None):  # the gradient norm the update really uses
+            grads = [p.grad.double().flatten() for group in self.param_groups for p in group["params"] if p.grad is not None]
+            events.append(("optimizer.step", float(torch.cat(grads).norm()) if grads else None))
+            return super().step(closure)
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(6, 8), nn.Tanh(), nn.Linear(8, 3))
+    inputs, targets = torch.randn(16, 6) * 4, torch.randint(0, 3, (16,))
+    reference = copy.deepcopy(model)  # the true gradient norm: float32, no autocast, no scaling
+    nn.functional.cross_entropy(reference(inputs), targets).backward()
+    true_norm = float(torch.cat([p.grad.double().flatten() for p in reference.parameters()]).norm())
+    max_norm = true_norm / 4  # the clip must act
+    scaler = recording_scaler(record)("cpu", init_scale=2.0 ** 12)
+    returned = answer(ns, "clipped_step")(model, inputs, targets, RecordedSGD(model.parameters(), lr=0.1), scaler,
+                                          "cpu", torch.float16, max_norm)
+    return {"events": [list(e) for e in events], "true_norm": true_norm, "max_norm": max_norm,
+            "is_float": isinstance(returned, float), "type": type(returned).__name__,
+            "returned": float(returned) if isinstance(returned, (int, float, torch.Tensor)) else None}
+
+
+def _judge_clip_order(d):
+    names = [e[0] for e in d["events"]]
+    for name in ("scaled backward", "unscale_", "scaler.step", "update"):
+        if names.count(name) != 1:
+            return f"{name} happened {names.count(name)} times in one step"
+    if not names.index("scaled backward") < names.index("unscale_") < names.index("scaler.step") < names.index("update"):
+        return "the order is scaler.scale(loss).backward(), scaler.unscale_(optimizer), clipping, scaler.step, scaler.update"
+    return None
+
+
+def _judge_clip_norms(d):
+    steps = [e for e in d["events"] if e[0] == "optimizer.step"]
+    if not d["is_float"]:
+        return f"clipped_step must return a float, not a {d['type']}"
+    if not abs(d["returned"] - d["true_norm"]) <= 0.02 * d["true_norm"]:
+        return (f"returned {d['returned']:.4g}, but the gradients' true norm is {d['true_norm']:.4g}: return the norm "
+                "of the unscaled gradients, before clipping")
+    if len(steps) != 1 or steps[0][1] is None or not abs(steps[0][1] - d["max_norm"]) <= 0.02 * d["max_norm"]:
+        got = steps[0][1] if len(steps) == 1 else None
+        return f"the optimizer stepped with gradients of norm {got}, not clipped to max_norm={d['max_norm']:.4g}"
+    return None
+
+
+register("clipped_step",
+         Case("unscale_ between the scaled backward and scaler.step, then update", observe_clipped_step, _judge_clip_order),
+         Case("the clip sees the true gradient norm and the optimizer gets clipped gradients", observe_clipped_step,
+              _judge_clip_norms),
+         answers=[Answer("clipped_step", "function",
+                         "a function clipped_step(model, inputs, targets, optimizer, scaler, device_type, dtype, max_norm) "
+                         "returning the gradients' total norm before clipping, a float")], points=2)

@@ -87,33 +87,6 @@ register("to_device", Case("a nested batch to CUDA (two pinned tensors, one not)
          points=2)
 
 
-def observe_channels_last(ns):
-    import torch
-    from torch import nn
-    from gpucourse.checks import answer
-
-    torch.manual_seed(0)
-    model = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), nn.Conv2d(8, 4, 3)).eval()
-    images = torch.randn(2, 3, 10, 10)
-    with torch.no_grad():
-        expected = model(images)
-    new_model, new_images = answer(ns, "to_channels_last")(model, images)
-    with torch.no_grad():
-        out = new_model(new_images)
-    return {"images_nhwc": bool(new_images.is_contiguous(memory_format=torch.channels_last)),
-            "weights_nhwc": [bool(m.weight.is_contiguous(memory_format=torch.channels_last))
-                             for m in new_model.modules() if isinstance(m, nn.Conv2d)],
-            "shape": list(new_images.shape), "diff": float((out - expected).abs().max())}
-
-
-register("to_channels_last", Case("images and conv weights channels-last, same shapes and results", observe_channels_last,
-                                  lambda d: None if d["images_nhwc"] and all(d["weights_nhwc"]) and d["shape"] == [2, 3, 10, 10]
-                                  and d["diff"] < 1e-5 else f"got {d}"),
-         answers=[Answer("to_channels_last", "function",
-                         "a function to_channels_last(model, images) returning the pair (model, images), both channels-last")],
-         points=2)
-
-
 def observe_loader_settings(ns):
     from gpucourse.checks import answer
     settings = answer(ns, "loader_settings")

@@ -1,117 +1,12 @@
-"""Public checks for lesson 6 (Lightning on many devices). Observers are self-contained: see lesson01.py.
-
-``parse_devices`` is judged against Lightning's own parser (``lightning_devices.lightning_device_ids``),
-computed by the judge, outside the student's process; while the student's function runs, Lightning's
-parser is switched off, so delegating to it fails.
-"""
+"""Public checks for lesson 6 (Lightning on many devices). Observers are self-contained: see lesson01.py."""
 
 from __future__ import annotations
-
-import contextlib
 
 from gpucourse.checks import Answer, Case, register
 
 ASSIGNMENT = "lesson06_lightning_devices"  # the course folder this module's exercises belong to
 
-# --- Exercise 1: parse_devices ---------------------------------------------------------------
-
-TABLE = [(3, 4), (-1, 4), ([0], 4), ([1, 3], 4), ("3", 4), ("1, 3", 4), ("-1", 4), (0, 4), (5, 4)]
-
-
-@contextlib.contextmanager
-def lightning_parser_switched_off():
-    """Make Lightning's device parser raise while the student's code runs."""
-    from lightning_fabric.utilities import device_parser
-
-    def refuse(*args, **kwargs):
-        raise RuntimeError("parse_devices must parse by itself, not call Lightning's parser")
-
-    names = ["_parse_gpu_ids", "_normalize_parse_gpu_string_input", "_normalize_parse_gpu_input_to_list",
-             "_sanitize_gpu_ids", "_get_all_available_gpus"]
-    saved = {name: getattr(device_parser, name) for name in names}
-    try:
-        for name in names:
-            setattr(device_parser, name, refuse)
-        yield
-    finally:
-        for name, value in saved.items():
-            setattr(device_parser, name, value)
-
-
-def describe(result):
-    """A parse result, or an exception, as plain data comparable between the student and Lightning."""
-    if isinstance(result, BaseException):
-        if "Lightning's parser" in str(result):
-            return {"kind": "calls Lightning's parser"}
-        if isinstance(result, TypeError):
-            return {"kind": "TypeError"}
-        if isinstance(result, ValueError) or type(result).__name__ == "MisconfigurationException":
-            return {"kind": "ValueError"}
-        return {"kind": f"raised {type(result).__name__}"}
-    if result is None:
-        return {"kind": "None"}
-    if type(result) is list and all(type(i) is int for i in result):
-        return {"kind": "list", "value": result}
-    return {"kind": f"returned a {type(result).__name__}", "value": repr(result)[:80]}
-
-
-def devices_spec(devices):
-    """``devices`` as JSON data that keeps its type (a tuple, a set, a bool, a float...): ``[type, value]``."""
-    kind = type(devices).__name__
-    value = sorted(devices) if isinstance(devices, (set, frozenset)) else list(devices) if isinstance(devices, tuple) else devices
-    return [kind, value]
-
-
-def devices_from_spec(spec):
-    """The ``devices`` value ``devices_spec`` wrote."""
-    kind, value = spec
-    return {"tuple": tuple, "set": set}.get(kind, lambda v: v)(value)
-
-
-def observe_parse(ns, cases):
-    from gpucourse.checks import answer
-    from gpucourse.checks.lesson06 import describe, lightning_parser_switched_off
-    parse = answer(ns, "parse_devices")
-    results = []
-    for devices, available in cases:
-        with lightning_parser_switched_off():
-            try:
-                got = parse(devices, available)
-            except Exception as error:
-                got = error
-        results.append(describe(got))
-    return results
-
-
-def judge_parse(results, cases):
-    from gpucourse.lightning_devices import lightning_device_ids
-    if len(results) != len(cases):
-        return "parse_devices was not called on every input"
-    if any(got["kind"] == "calls Lightning's parser" for got in results):
-        return "parse_devices calls Lightning's parser, which is switched off here: parse the value yourself"
-    for (devices, available), got in zip(cases, results):
-        want = describe(lightning_device_ids(devices, available))
-        if got != want:
-            if got["kind"].startswith("returned a ") and want["kind"] == "list":
-                return f"parse_devices({devices!r}, available={available}) {got['kind']}: return a list of ints"
-            shown = {"list": lambda r: r["value"], "None": lambda r: None}.get(
-                got["kind"], lambda r: f"{r['value']} ({r['kind']})" if "value" in r else r["kind"])(got)
-            return f"parse_devices({devices!r}, available={available}) gave {shown!r}, but Lightning's parser says otherwise"
-    return None
-
-
-def observe_table(ns):
-    from gpucourse.checks.lesson06 import TABLE, observe_parse
-    return observe_parse(ns, TABLE)
-
-
-register("parse_devices", Case("the devices table on a machine with 4 GPUs", observe_table, lambda d: judge_parse(d, TABLE)),
-         answers=[Answer("parse_devices", "function",
-                         "a function parse_devices(devices, available) returning a list of GPU indices (ints) or None")],
-         points=2)
-
-
-# --- Exercise 2: a device-agnostic module -------------------------------------------------------
+# --- Exercise 1: a device-agnostic module -------------------------------------------------------
 
 def observe_agnostic(ns):
     import torch
@@ -159,7 +54,7 @@ register("device_agnostic", Case("same function; follows .to(device) and .double
          points=2)
 
 
-# --- Exercise 3: picklable for ddp_spawn -------------------------------------------------------
+# --- Exercise 2: picklable for ddp_spawn -------------------------------------------------------
 
 def observe_picklable(ns, noise=0.3):
     import pickle
@@ -208,7 +103,7 @@ register("picklable", Case("pickles like ddp_spawn does, and behaves the same", 
          points=2)
 
 
-# --- Exercise 4: effective batch size and learning rate -------------------------------------------
+# --- Exercise 3: effective batch size and learning rate -------------------------------------------
 
 BATCH_CASES = [
     {"batch_size": 7, "devices": 8, "num_nodes": 1, "strategy": "ddp"},

@@ -1,6 +1,6 @@
 """Public checks for lesson 7 (multi-GPU exercises run as scripts). Observers are self-contained: see lesson01.py.
 
-Both exercises run as 2-process scripts under torchrun (gpucourse.checks.ddp); the *drivers* below
+Every exercise runs as a 2-process script under torchrun (gpucourse.checks.ddp); the *drivers* below
 are what every rank does with the student's code, and each returns that rank's record.
 """
 
@@ -98,7 +98,121 @@ register("average_gradients", Case("both ranks end with DDP's weights", observe_
          points=3, kind=Script(("average_gradients",), driver="gpucourse.checks.lesson07:drive_average_gradients"))
 
 
-# --- Exercise 2: a Lightning DDP script with synced metrics ----------------------------------
+# --- Exercise 2: gradient accumulation with no_sync -----------------------------------------------
+
+ACCUM_INPUTS = {"seed": 0, "hidden": 8, "lr": 0.1, "runs": [{"accum_steps": 2, "rows": [[4, 4, 4, 4], [4, 4, 4, 4]]}]}
+# runs: each one trains a fresh model; rows[rank][i] is the size of micro-batch i on that rank.
+
+
+def drive_accumulate(ns, inputs=None):
+    """For each run of ``inputs`` (ACCUM_INPUTS by default): wrap a fresh model in DDP with a
+    communication hook that counts the gradient all-reduces, call the student's ``train_accumulating`` on
+    this rank's micro-batches, and compare the weights with one process that trains on both ranks'
+    micro-batches (the same groups, each rank's mean loss averaged, divided by accum_steps)."""
+    import copy
+    import math
+
+    import torch
+    import torch.distributed as dist
+    from torch import nn
+    from torch.nn import functional as F
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    from gpucourse.checks.ddp_harness import init_process_group
+    from gpucourse.checks.lesson07 import ACCUM_INPUTS
+    from gpucourse.ddp_scripts import regression_batch
+
+    inputs = {**ACCUM_INPUTS, **(inputs or {})}
+    device = init_process_group()
+    rank, world = dist.get_rank(), dist.get_world_size()
+    records = []
+    for index, run in enumerate(inputs["runs"]):
+        accum, rows = run["accum_steps"], run["rows"]
+        data = [[tuple(t.to(device) for t in regression_batch(1000 * index + 100 * r + i, per_rank=n, seed=inputs["seed"]))
+                 for i, n in enumerate(rows[r])] for r in range(world)]
+        torch.manual_seed(inputs["seed"] + index)
+        model = nn.Sequential(nn.Linear(4, inputs["hidden"]), nn.Tanh(), nn.Linear(inputs["hidden"], 1), nn.Flatten(0)).to(device)
+        reference = copy.deepcopy(model)
+        rounds = []
+
+        def counting_hook(state, bucket):  # DDP's own averaging, counted: one round ends with the last bucket
+            if bucket.is_last():
+                rounds.append(1)
+            reduced = dist.all_reduce(bucket.buffer().div_(world), async_op=True).get_future()
+            return reduced.then(lambda fut: fut.value()[0])
+
+        ddp_model = DDP(model)
+        ddp_model.register_comm_hook(None, counting_hook)
+        optimizer = torch.optim.SGD(ddp_model.parameters(), lr=inputs["lr"])
+        record = {"run": index, "accum_steps": accum, "batches": len(rows[rank]),
+                  "steps": math.ceil(len(rows[rank]) / accum), "rows": rows[rank]}
+        try:
+            ns["train_accumulating"](ddp_model, list(data[rank]), accum, optimizer)
+        except Exception as error:
+            record["error"] = f"{type(error).__name__}: {str(error)[:200]}"
+        record["rounds"] = len(rounds)
+        ref_optimizer = torch.optim.SGD(reference.parameters(), lr=inputs["lr"])
+        for start in range(0, len(rows[rank]), accum):
+            ref_optimizer.zero_grad()
+            for i in range(start, min(start + accum, len(rows[rank]))):
+                for r in range(world):
+                    x, y = data[r][i]
+                    (F.mse_loss(reference(x), y) / accum / world).backward()
+            ref_optimizer.step()
+        weights = torch.cat([p.detach().reshape(-1) for p in model.parameters()]).cpu()
+        expected = torch.cat([p.detach().reshape(-1) for p in reference.parameters()]).cpu()
+        record["weights"] = [float(w) for w in weights]
+        record["gap_to_reference"] = float((weights - expected).abs().max())
+        records.append(record)
+        dist.barrier()
+    dist.destroy_process_group()
+    return {"rank": rank, "world_size": world, "runs": records}
+
+
+def observe_accumulate(ns):
+    from gpucourse.checks.ddp import run_exercise_script
+    return run_exercise_script(ns, "accumulate_no_sync")
+
+
+def judge_accumulate_runs(d, runs=None):
+    """Every run (or those of ``runs``): no error, the same weights on both ranks, one all-reduce round per
+    optimizer step, and the weights of one process training on both ranks' micro-batches."""
+    ran = judge_script_ran(d)
+    if ran:
+        return ran
+    ranks = d["ranks"]
+    for i, run in enumerate(ranks["0"]["runs"]):
+        if runs is not None and i not in runs:
+            continue
+        where = f"with accum_steps={run['accum_steps']} and {run['batches']} micro-batches"
+        for rank, r in sorted(ranks.items()):
+            if "error" in r["runs"][i]:
+                return f"{where}, rank {rank}: train_accumulating raised {r['runs'][i]['error']}"
+        if ranks["0"]["runs"][i]["weights"] != ranks["1"]["runs"][i]["weights"]:
+            return f"{where} the two ranks end with different weights: their gradients were not averaged before every step"
+        for rank, r in sorted(ranks.items()):
+            got, steps = r["runs"][i]["rounds"], r["runs"][i]["steps"]
+            if got > steps:
+                return (f"{where}, rank {rank}: DDP all-reduced the gradients {got} times for {steps} optimizer step(s): "
+                        "all-reduce once per optimizer step, not after every micro-batch")
+            if got < steps:
+                return f"{where}, rank {rank}: DDP all-reduced the gradients {got} times for {steps} optimizer step(s)"
+        worst = max(r["runs"][i]["gap_to_reference"] for r in ranks.values())
+        if not worst <= 1e-5:  # NaN is never close
+            return (f"{where} the weights differ from one process training on both ranks' micro-batches "
+                    f"by up to {worst:.3g}")
+    return None
+
+
+register("accumulate_no_sync", Case("accum_steps=2, 4 micro-batches: one all-reduce per step, the weights of one process",
+                                    observe_accumulate, judge_accumulate_runs),
+         answers=[Answer("train_accumulating", "function",
+                         "a function train_accumulating(ddp_model, batches, accum_steps, optimizer) that steps once "
+                         "per accum_steps micro-batches and all-reduces gradients only before each step")],
+         points=2, kind=Script(("train_accumulating",), driver="gpucourse.checks.lesson07:drive_accumulate"))
+
+
+# --- Exercise 3: a Lightning DDP script with synced metrics ----------------------------------
 
 SYNCED_INPUTS = {"train_rows": 24, "train_batch": 4, "val_rows": 15, "val_batch": 3, "outlier": 5, "max_epochs": 3}
 # 15 validation rows: DistributedSampler pads them to 16 (rank 1 sees row 0 twice), and each rank's 8 rows come in

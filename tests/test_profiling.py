@@ -1,0 +1,88 @@
+"""gpucourse.profiling (lesson 11's helpers) and the traces lesson 11's checks generate."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+import torch
+from torch.utils.data import DataLoader
+
+from conftest import ROOT
+from gpucourse import profiling as P
+from gpucourse.checks import lesson11 as L
+
+
+def _hidden():
+    spec = importlib.util.spec_from_file_location("hidden_lesson11", ROOT / "autograders" / "checks" / "lesson11_profiling.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_profiled_loop_labels_its_phases_and_shows_the_read(tmp_path):
+    """3 active steps: each phase's CPU range 3 times; loss.item() is aten::item + _local_scalar_dense, only with sync."""
+    loader = DataLoader(P.SlowDataset(n=64, features=8), batch_size=8)
+    for sync in (False, True):
+        model = P.tiny_model(features=8, hidden=8)
+        prof = P.profile_training(loader, model, torch.optim.SGD(model.parameters(), lr=0.1), sync=sync)
+        prof.export_chrome_trace(str(tmp_path / f"{sync}.json"))
+        events = P.load_trace(tmp_path / f"{sync}.json")
+        ranges = [e for e in events if e.get("ph") == "X" and e.get("cat") == "user_annotation" and e["name"] in P.PHASES]
+        assert sorted(e["name"] for e in ranges) == sorted(list(P.PHASES) * 3)
+        reads = [e for e in events if e.get("name") in ("aten::item", "aten::_local_scalar_dense")]
+        assert len(reads) == (6 if sync else 0)
+        optimizer = [r for r in ranges if r["name"] == "optimizer"]
+        assert all(any(r["ts"] <= e["ts"] <= r["ts"] + r["dur"] for r in optimizer) for e in reads)
+
+
+def test_slow_dataset_sleeps_per_item():
+    import time
+
+    data = P.SlowDataset(n=4, features=3, delay=0.02)
+    start = time.perf_counter()
+    x, y = data[1]
+    assert time.perf_counter() - start >= 0.02 and x.shape == (3,) and y.shape == (1,)
+    assert len(data) == 4
+
+
+def test_timeline_draws_each_phase_and_the_sync_ops():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    spec = {"order": ["load", "fwd", "bwd"], "phases": ["load", "fwd", "bwd"], "steps": 2, "seed": 3,
+            "us": {"load": 500.0, "fwd": 100.0, "bwd": 200.0}, "syncs": {"bwd": "item"}, "gpu": True}
+    fig = P.draw_timeline(L.synthetic_trace(spec), phases=spec["phases"], title="two steps")
+    ax = fig.axes[0]
+    assert isinstance(fig, matplotlib.figure.Figure)
+    assert ax.get_title() == "two steps" and "(ms)" in ax.get_xlabel() and ax.get_ylabel() == "phase"
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["load", "fwd", "bwd", "sync ops"]
+    bars = [c for c in ax.collections if isinstance(c, matplotlib.collections.PolyCollection)]
+    assert [len(b.get_paths()) for b in bars] == [2, 2, 2]  # CPU ranges only: the GPU's are not drawn
+    marks = [c for c in ax.collections if isinstance(c, matplotlib.collections.LineCollection)]
+    assert sum(len(m.get_segments()) for m in marks) == 4  # aten::item and its _local_scalar_dense, twice
+    plt.close(fig)
+
+
+@pytest.mark.parametrize("kinds", [{}, {"stall": "no"}, {"uneven": True}, {"share": True}, {"gpu": True},
+                                   {"decoys": True, "shuffle": True, "outside": True}])
+def test_generated_traces_hold_what_their_spec_says(kinds):
+    """Each phase's CPU ranges sum to the spec's time, the slowest phase is never within 0.06 of the
+    threshold, and the hidden checks' expected stall follows the spec."""
+    hidden = _hidden()
+    for spec in L.trace_specs(77, 12, **kinds):
+        events = L.synthetic_trace(spec)
+        assert all("dur" in e for e in events if e.get("ph") == "X")
+        totals = {p: sum(e["dur"] for e in events if e.get("ph") == "X" and e.get("cat") == "user_annotation"
+                         and e["name"] == p) for p in spec["phases"]}
+        share = spec.get("share", 0.5)
+        largest = max(totals, key=totals.get)
+        fraction = totals[largest] / sum(totals.values())
+        assert abs(fraction - share) >= 0.055, (spec, fraction)
+        stall, syncs = hidden.expected_diagnosis(spec)
+        assert stall == (largest if fraction > share else None)
+        assert syncs == sorted(spec["syncs"])
+        if kinds.get("share") and stall is None and share >= 0.64:
+            assert fraction > 0.5  # the case that tells a fixed 0.5 from `share`
