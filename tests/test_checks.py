@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import select
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -194,13 +198,24 @@ def test_script_source_comes_from_the_notebook_cells_that_define_it():
 
 
 def _run_runner(job: dict) -> list[dict]:
+    """The runner's records up to its "done" (read until then: a process it left behind may hold the pipe open)."""
     read_end, write_end = os.pipe()
     proc = subprocess.Popen([sys.executable, "-m", "gpucourse.checks.runner", str(write_end)], stdin=subprocess.PIPE,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, pass_fds=(write_end,))
     os.close(write_end)
     proc.communicate(json.dumps(job).encode(), timeout=120)
-    with os.fdopen(read_end) as pipe:
-        return [json.loads(line) for line in pipe]
+    records, buffer, deadline = [], b"", time.monotonic() + 30
+    with os.fdopen(read_end, "rb", buffering=0) as pipe:
+        while not (records and records[-1]["type"] == "done") and time.monotonic() < deadline:
+            if not select.select([pipe], [], [], 1)[0]:
+                continue
+            chunk = pipe.read(65536)
+            if not chunk:
+                break
+            buffer += chunk
+            *lines, buffer = buffer.split(b"\n")
+            records += [json.loads(line) for line in lines if line.strip()]
+    return records
 
 
 def test_runner_runs_cells_restores_modules_and_reports_json():
@@ -222,10 +237,28 @@ def test_runner_runs_cells_restores_modules_and_reports_json():
     assert records[-1] == {"type": "done"}
 
 
-def test_runner_times_out_a_stuck_cell():
-    records = _run_runner({"cells": [{"source": "while True:\n    pass", "grade_id": None}, {"source": "x = 1", "grade_id": None}],
-                           "observers": [], "cell_seconds": 1, "observe_seconds": 5})
-    assert "CellTimeout" in records[0]["error"] and records[1]["error"] is None and records[-1]["type"] == "done"
+def test_runner_times_out_a_stuck_cell_and_kills_what_it_left(tmp_path):
+    """The cell leaves spinning children and orphaned grandchildren, and patches os.kill: at its
+    timeout every one of them is killed (runner.kill_strays; the runner is their subreaper)."""
+    pids = tmp_path / "pids"
+    spin = f"open({str(pids)!r}, 'a').write(f'{{os.getpid()}} ')\n        while True:\n            pass\n"
+    stuck = ("import os\nfor _ in range(2):\n    if os.fork() == 0:\n        if os.fork() == 0:\n"
+             "            " + spin.replace("\n        ", "\n            ") + "        os._exit(0)\n"
+             "for _ in range(2):\n    if os.fork() == 0:\n        " + spin +
+             "os.kill = lambda *args: None\nwhile True:\n    pass")
+    survivors = (f"import os\nfound = [int(p) for p in open({str(pids)!r}).read().split()]\nalive = []\n"
+                 "for pid in found:\n    try:\n        os.kill(pid, 0)\n        alive.append(pid)\n"
+                 "    except ProcessLookupError:\n        pass\nprint(len(found), alive)")
+    try:
+        records = _run_runner({"cells": [{"source": stuck, "grade_id": None}, {"source": survivors, "grade_id": None}],
+                               "observers": [], "cell_seconds": 2, "observe_seconds": 5})
+    finally:  # were any left, this test stops them
+        for pid in map(int, pids.read_text().split() if pids.exists() else []):
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+    assert records[0]["error"].startswith("CellTimeout") and "its 4 leftover processes were killed" in records[0]["error"]
+    assert records[1]["error"] is None and records[1]["output"] == "4 []\n", records[1]
+    assert records[-1]["type"] == "done"
 
 
 def test_runner_closes_the_checks_to_cells_and_undoes_patches_before_observers():

@@ -172,8 +172,12 @@ def kill_strays(keep: set[int], seconds: float = 10.0) -> int:
         if not found:
             break
         _sleep(0.01)
-    if own_namespace:
-        for pid in keep:
+    if own_namespace:  # what is left is keep's (the zygote and anything it runs): it goes on
+        try:
+            left = _descendants(set())
+        except OSError:
+            left = list(keep)
+        for pid in left:
             try:
                 _kill(pid, signal.SIGCONT)
             except OSError:
