@@ -185,9 +185,10 @@ def sandboxed(work: Path, pairs: list[tuple[str, str]], released, hide: list[Pat
     ``preload``: fork each sandbox from a preloaded Python per worker (engine.Preloads; ``preloads``
     when the caller started them ahead) instead of starting Python and importing torch for every submission."""
     isolate = sandbox.namespaces_available()
-    # one user per sandbox running at a time (sandbox.Limits.user): a fork bomb exhausts its own processes only
+    # one user per sandbox running at a time (sandbox.Limits.user, used under namespaces): a fork bomb
+    # exhausts its own processes only
     free = queue.SimpleQueue()
-    for user in sandbox.users(jobs) if sandbox.probe().method == "namespaces" else [limits.user] * jobs:
+    for user in sandbox.users(jobs):
         free.put(user)
 
     def one(student: str, aid: str, preloads) -> engine.Graded:

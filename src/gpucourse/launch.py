@@ -45,10 +45,11 @@ def _descendants(pid: int) -> set[int]:
         for entry in filter(str.isdigit, os.listdir("/proc")):
             try:
                 with open(f"/proc/{entry}/stat") as stat:  # "pid (name) state ppid ...": a name may hold ")"
-                    parent = int(stat.read().rsplit(")", 1)[1].split()[1])
+                    state, parent = stat.read().rsplit(")", 1)[1].split()[:2]
             except (OSError, ValueError, IndexError):
                 continue
-            children.setdefault(parent, []).append(int(entry))
+            if state != "Z":  # a zombie is dead already (its parent has not collected it)
+                children.setdefault(int(parent), []).append(int(entry))
     else:
         try:
             import psutil
@@ -73,16 +74,20 @@ def _signal(pids, number: int) -> None:
             pass
 
 
-def kill_tree(pid: int) -> None:
-    """SIGKILL the launcher ``pid``, every rank and what they started. Everything is stopped first (a
-    stopped process cannot start another, and a rank stays its launcher's child), then the process
-    groups they are in are killed (a rank's own group holds its workers; never this process's own),
-    then every process found."""
-    tree, stopped = {pid}, set()
+def kill_tree(pid: int, spare: set[int] = frozenset()) -> int:
+    """SIGKILL the launcher ``pid``, every rank and what they started; how many processes that was.
+    Everything is stopped first (a stopped process cannot start another, and a rank stays its
+    launcher's child), then the process groups they are in are killed (a rank's own group holds its
+    workers; never this process's own), then every process found.
+
+    ``pid`` may be this process (the grading runner, after a cell ran out of time): then what is below
+    it goes, and it stays. ``spare``: processes left running, with everything below them."""
+    spared = set(spare).union(*(_descendants(p) for p in spare))
+    tree, stopped = ({pid} - {os.getpid()}) | (_descendants(pid) - spared), set()
     while tree - stopped:  # stop from the top, look again for children started meanwhile
         _signal(tree - stopped, signal.SIGSTOP)
         stopped |= tree
-        tree |= _descendants(pid)
+        tree |= _descendants(pid) - spared
     groups = set()
     for pid in tree:
         try:
@@ -95,6 +100,7 @@ def kill_tree(pid: int) -> None:
         except (ProcessLookupError, PermissionError):
             pass
     _signal(tree, signal.SIGKILL)
+    return len(tree)
 
 
 def torchrun(target: list[str], nproc: int = 2, timeout: float = 300, env: dict | None = None,

@@ -26,7 +26,8 @@ Why it looks like this:
 - multi-process exercises fork their launcher and ranks from a copy of this process taken before
   the first cell (``forked_launch``), instead of starting a Python and importing torch per rank;
 - a cell that runs out of time takes every process it left behind with it (``kill_strays``: this
-  process is their subreaper), so a fork bomb in one answer costs that answer, not the next ones.
+  process is their subreaper), so a fork bomb in one answer costs that answer, not the next ones;
+  the alarm repeats until it is taken, since one raised inside an at-fork hook is swallowed.
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ import time
 import traceback
 import types
 
+from gpucourse import launch
 from gpucourse.checks import AnswerError, forked_launch
 
 # Top-level packages whose loaded modules are snapshotted, besides the standard library's.
@@ -107,82 +109,39 @@ def become_subreaper() -> bool:
         return False
 
 
-# Bound before any student code runs: a cell that patches os.kill must still be killed.
-_kill, _getpid, _listdir, _waitpid, _open, _sleep, _monotonic = (
-    os.kill, os.getpid, os.listdir, os.waitpid, io.open, time.sleep, time.monotonic)
+# bound before any student code runs: the freeze comes before the cell's patches are undone
+_kill, _getpid = os.kill, os.getpid
 
 
-def _descendants(keep: set[int]) -> list[int]:
-    """Live processes below this one, without those in ``keep`` and theirs (read from /proc)."""
-    parents, live = {}, set()
-    for entry in _listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with _open(f"/proc/{entry}/stat", "rb") as stat:
-                fields = stat.read().rsplit(b")", 1)[1].split()
-        except OSError:
-            continue
-        parents[int(entry)] = int(fields[1])
-        if fields[0] != b"Z":
-            live.add(int(entry))
-    me, found = _getpid(), []
-    for pid in live:
-        chain, ancestor = pid, parents.get(pid)
-        while ancestor is not None and ancestor != me and chain not in keep:
-            chain, ancestor = ancestor, parents.get(ancestor)
-        if ancestor == me and chain not in keep:
-            found.append(pid)
-    return found
-
-
-def kill_strays(keep: set[int], seconds: float = 10.0) -> int:
-    """SIGKILL every process below this one but ``keep``'s, and reap them (a zombie still counts
-    against the user's process limit); how many were killed.
-
-    Everything is stopped first, so a fork bomb cannot fork while it is being killed: as PID 1 of
-    the sandbox's own PID namespace, with one ``kill(-1, SIGSTOP)`` (which spares PID 1 itself),
-    then ``keep`` continues; elsewhere each process found is stopped and killed, until none is left."""
-    killed, deadline = set(), _monotonic() + seconds
-    own_namespace = _getpid() == 1
-    if own_namespace:
+def freeze_strays() -> None:
+    """At a cell's timeout, before anything else: as PID 1 of the sandbox's own PID namespace, stop
+    every other process in it with one ``kill(-1, SIGSTOP)`` (PID 1 is spared), so that a fork bomb
+    stops forking and leaves the CPU to this process. ``kill_strays`` then kills them."""
+    if _getpid() == 1:
         try:
             _kill(-1, signal.SIGSTOP)
         except OSError:
             pass
-    while _monotonic() < deadline:
-        try:
-            found = _descendants(keep)
-        except OSError:  # no /proc: nothing to find
-            break
-        for number in (signal.SIGSTOP, signal.SIGKILL):
-            for pid in found:
-                try:
-                    _kill(pid, number)
-                except OSError:
-                    pass
-        killed.update(found)
-        while True:
-            try:
-                pid, _ = _waitpid(-1, os.WNOHANG)
-            except ChildProcessError:
-                break
-            if pid == 0:
-                break
-        if not found:
-            break
-        _sleep(0.01)
-    if own_namespace:  # what is left is keep's (the zygote and anything it runs): it goes on
-        try:
-            left = _descendants(set())
-        except OSError:
-            left = list(keep)
-        for pid in left:
-            try:
-                _kill(pid, signal.SIGCONT)
-            except OSError:
+
+
+def kill_strays(keep: set[int], seconds: float = 5.0) -> int:
+    """Kill every process below this one but ``keep``'s (``gpucourse.launch.kill_tree``), reap them
+    (a zombie still counts against the user's process limit) and let ``keep``'s go on; how many."""
+    me = os.getpid()
+    killed = launch.kill_tree(me, spare=keep)
+    deadline = time.monotonic() + seconds
+    while True:  # the killed die a moment later, and their orphans come back here to be reaped
+        with contextlib.suppress(ChildProcessError):
+            while os.waitpid(-1, os.WNOHANG)[0]:
                 pass
-    return len(killed)
+        spared = set(keep).union(*(launch._descendants(pid) for pid in keep))
+        if not launch._descendants(me) - spared or time.monotonic() > deadline:
+            break
+        time.sleep(0.01)
+    for pid in spared:  # thawed, if freeze_strays stopped them
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGCONT)
+    return killed
 
 
 def import_course() -> None:
@@ -428,15 +387,17 @@ def run_cells(cells: list[dict], seconds: float, emit, taken: Snapshot) -> dict:
                 exec(compile(cell["source"], filename, "exec"), namespace)
         except CellTimeout:
             _disarm()
+            freeze_strays()  # first: what the cell left running takes the CPU from everything else
             error = f"CellTimeout: the cell ran longer than {seconds:.0f} s"
-            killed = kill_strays(forked_launch.pids())  # first: they take the CPU from everything else
-            if killed:
-                error += f" (its {killed} leftover processes were killed)"
         except BaseException as exc:  # SystemExit and KeyboardInterrupt included: the run goes on
             error = "".join(traceback.format_exception_only(type(exc), exc)).strip()
         finally:
             _disarm()
             taken.restore()  # a patched builtin must not break the runner itself, nor reach the next cell's checks
+        if error and error.startswith("CellTimeout"):  # with os and gpucourse.launch as they were before the cell
+            killed = kill_strays(forked_launch.pids())
+            if killed:
+                error += f" (its {killed} leftover processes were killed)"
         emit({"type": "cell", "index": index, "output": captured.getvalue(), "error": error})
     return namespace
 
