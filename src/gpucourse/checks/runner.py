@@ -124,6 +124,14 @@ def freeze_strays() -> None:
             pass
 
 
+def _reap() -> None:
+    """Collect every child of this process that has died (a process exits after handing its own
+    children to this subreaper, so no dead process is left below a dead one)."""
+    with contextlib.suppress(ChildProcessError):
+        while os.waitpid(-1, os.WNOHANG)[0]:
+            pass
+
+
 def kill_strays(keep: set[int], seconds: float = 5.0) -> int:
     """Kill every process below this one but ``keep``'s (``gpucourse.launch.kill_tree``), reap them
     (a zombie still counts against the user's process limit) and let ``keep``'s go on; how many."""
@@ -131,13 +139,12 @@ def kill_strays(keep: set[int], seconds: float = 5.0) -> int:
     killed = launch.kill_tree(me, spare=keep)
     deadline = time.monotonic() + seconds
     while True:  # the killed die a moment later, and their orphans come back here to be reaped
-        with contextlib.suppress(ChildProcessError):
-            while os.waitpid(-1, os.WNOHANG)[0]:
-                pass
+        _reap()
         spared = set(keep).union(*(launch._descendants(pid) for pid in keep))
         if not launch._descendants(me) - spared or time.monotonic() > deadline:
             break
         time.sleep(0.01)
+    _reap()  # those that died after the last reap: a zombie is not living, so the look above passed it
     for pid in spared:  # thawed, if freeze_strays stopped them
         with contextlib.suppress(OSError):
             os.kill(pid, signal.SIGCONT)
