@@ -64,18 +64,18 @@ def train(devices: int, epochs: int, accelerator: str = "cpu", threads: int | No
     F.quiet_lightning()
     start = time.perf_counter()
     _, _, val, scaler, train_scaled, val_scaled = F.load_split_scale()
-    reports = tempfile.mkdtemp(prefix="darts_ddp_")
     strategy = "ddp_spawn" if devices > 1 else "auto"
-    model = F.seed_rnn(epochs, F.trainer_kwargs(accelerator, devices=devices, strategy=strategy,
-                                                callbacks=[RankReport(reports)]))
-    fit_start = time.perf_counter()
-    model.fit(train_scaled, val_series=val_scaled, verbose=False, dataloader_kwargs={"pin_memory": False})
-    fit_s = time.perf_counter() - fit_start
+    with tempfile.TemporaryDirectory(prefix="darts_ddp_") as reports:
+        model = F.seed_rnn(epochs, F.trainer_kwargs(accelerator, devices=devices, strategy=strategy,
+                                                    callbacks=[RankReport(reports)]))
+        fit_start = time.perf_counter()
+        model.fit(train_scaled, val_series=val_scaled, verbose=False, dataloader_kwargs={"pin_memory": False})
+        fit_s = time.perf_counter() - fit_start
+        ranks = rank_reports(reports)
     # Forecast with a one-device trainer: with the training kwargs, predict() would spawn ranks again.
     one = pl.Trainer(accelerator=accelerator, devices=1, logger=False, enable_progress_bar=False)
     forecast = scaler.inverse_transform(model.predict(len(val), trainer=one, verbose=False,
                                                          dataloader_kwargs={"pin_memory": False}))
-    ranks = rank_reports(reports)
     return {"devices": devices, "accelerator": accelerator, "strategy": strategy, "epochs": epochs,
             "mape": float(mape(val, forecast)), "fit_s": fit_s, "wall_s": time.perf_counter() - start,
             "main_pid": os.getpid(), "world_size": max((r["dist_world_size"] for r in ranks), default=0),

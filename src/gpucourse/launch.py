@@ -22,6 +22,7 @@ import re
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from datetime import timedelta
@@ -112,22 +113,25 @@ def torchrun(target: list[str], nproc: int = 2, timeout: float = 300, env: dict 
     would otherwise each start a thread per core). On timeout every process of the launch is killed
     and ``returncode`` is None.
     """
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}", *target]
     full_env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1", **(env or {})}
-    start = time.perf_counter()  # wall clock: what is timed is processes starting and running, not one call
-    proc = subprocess.Popen(command, cwd=cwd, env=full_env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, start_new_session=True, text=True, errors="replace")
-    timed_out = False
-    try:
-        output, _ = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        timed_out = True
-        kill_tree(proc.pid)
-        output, _ = proc.communicate()
-    except BaseException:  # interrupted (a notebook's stop button, a check's alarm): no rank outlives it
-        kill_tree(proc.pid)
-        proc.wait()
-        raise
+    # torchrun's agent keeps its ranks' error files in a log folder, a new one in /tmp per launch unless told
+    with tempfile.TemporaryDirectory(prefix="gpucourse-torchrun-") as logs:
+        command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
+                   f"--log-dir={logs}", *target]
+        start = time.perf_counter()  # wall clock: what is timed is processes starting and running, not one call
+        proc = subprocess.Popen(command, cwd=cwd, env=full_env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, start_new_session=True, text=True, errors="replace")
+        timed_out = False
+        try:
+            output, _ = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            kill_tree(proc.pid)
+            output, _ = proc.communicate()
+        except BaseException:  # interrupted (a notebook's stop button, a check's alarm): no rank outlives it
+            kill_tree(proc.pid)
+            proc.wait()
+            raise
     return Launch(None if timed_out else proc.returncode, output, time.perf_counter() - start, timed_out)
 
 

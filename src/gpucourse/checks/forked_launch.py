@@ -116,6 +116,7 @@ def _rank(target: list[str]) -> None:
 
 def _launcher(request: dict) -> int:
     """``torchrun --standalone --nproc-per-node=N -m gpucourse.checks.ddp_harness ...``, forking its ranks."""
+    from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
     os.chdir(request["cwd"])
@@ -124,9 +125,11 @@ def _launcher(request: dict) -> int:
     os.dup2(log, 2)
     os.close(log)
     os.environ.update(request["env"])
+    # the agent's log folder (ranks' error files) beside launch.log, not a new one in /tmp per launch
+    logs = DefaultLogsSpecs(log_dir=os.path.join(request["cwd"], "torchelastic"))
     config = LaunchConfig(min_nodes=1, max_nodes=1, nproc_per_node=request["nproc"], run_id=str(uuid.uuid4()),
                           rdzv_backend="c10d", rdzv_endpoint="localhost:0", max_restarts=0,
-                          start_method="fork", monitor_interval=0.05)
+                          start_method="fork", monitor_interval=0.05, logs_specs=logs)
     try:
         elastic_launch(config, _rank)(request["target"])
     except Exception as error:  # ChildFailedError: which rank failed, with what exit code
