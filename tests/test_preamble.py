@@ -35,3 +35,34 @@ def test_require_turns_a_missing_accelerator_into_an_error(monkeypatch, capsys):
     monkeypatch.delenv("GPUCOURSE_REQUIRE")
     monkeypatch.setattr("gpucourse.preamble.accelerator_count", lambda kind: 0)
     assert here.needs("cuda") is False
+
+
+def test_uses_answer_turns_a_stub_or_missing_answer_into_one_line(capsys):
+    import pytest
+
+    from gpucourse.preamble import Setup
+
+    S = Setup(seed=0, device="cpu", smoke=True)
+
+    def stub(*args):
+        raise NotImplementedError()
+
+    with S.uses_answer(2, "train_epoch"):
+        stub()
+        raise AssertionError("not reached")
+    assert capsys.readouterr().out == "Skipped: answer exercise 2 (`train_epoch`) first; this cell runs it.\n"
+    with S.uses_answer(3, "clipped_step", "evaluate"):
+        clipped_step()  # noqa: F821 - not defined yet, as before its exercise is answered
+    assert "answer exercise 3 (`clipped_step`, `evaluate`) first" in capsys.readouterr().out
+    with S.uses_answer(1, "f"):
+        done = True
+    assert done and capsys.readouterr().out == ""
+    with pytest.raises(NameError):  # a typo of the student's own is theirs to see
+        with S.uses_answer(1, "f"):
+            undefined_name  # noqa: B018, F821
+    with pytest.raises(ZeroDivisionError):
+        with S.uses_answer(1, "f"):
+            1 / 0
+    with pytest.raises(ValueError, match="name the answer"):
+        with S.uses_answer(1):
+            pass

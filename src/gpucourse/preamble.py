@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import random
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -102,6 +103,29 @@ class Setup:
                                "says this run must have them")
         print(f"Skipped: this cell needs {what}; this machine has {available} (running on {self.device}).")
         return False
+
+    @contextmanager
+    def uses_answer(self, exercise: int, *names: str):
+        """Run a demonstration cell that calls a student's answer, or say which exercise to answer first.
+
+        ``with S.uses_answer(2, "train_epoch"):`` around a cell that is not an exercise but calls one:
+        while the answer is still the released stub (it raises ``NotImplementedError``) or not defined
+        yet, the cell prints one line, "Skipped: answer exercise 2 (`train_epoch`) first ...", instead
+        of a traceback from code the student did not write. Any other error is the student's to see.
+        """
+        if not names:
+            raise ValueError("name the answer(s) this cell uses, e.g. S.uses_answer(2, 'train_epoch')")
+        try:
+            yield
+        except NotImplementedError:
+            pass
+        except NameError as error:
+            if getattr(error, "name", None) not in names:
+                raise
+        else:
+            return
+        listed = ", ".join(f"`{name}`" for name in names)
+        print(f"Skipped: answer exercise {exercise} ({listed}) first; this cell runs it.")
 
 
 def setup(seed: int = 0, quiet: bool = False) -> Setup:
