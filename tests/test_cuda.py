@@ -170,3 +170,35 @@ def test_core_count_figure_uses_the_examples_and_this_machine():
     assert title and xlabel and "log scale" in ylabel and "count" in ylabel
     assert len(fig.axes[0].patches) == len(C.CORE_EXAMPLES) + len(mine)
     plt.close(fig)
+
+
+def test_matmul_size_figure_names_the_hardware_and_units():
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig = C.plot_matmul_sizes({"AMD EPYC: one thread": {128: 70.0, 256: 71.0},
+                               "NVIDIA H100 (measured)": {128: 120.3, 4096: 52000.0}}, note="grows 430x")
+    title, xlabel, ylabel = _labels(fig)
+    assert "by size" in title and "430x" in title
+    assert "float32" in xlabel and "TF32 off" in xlabel and "GFLOP/s" in ylabel
+    ax = fig.axes[0]
+    assert [t.get_text() for t in fig.legends[0].get_texts()] == ["AMD EPYC: one thread", "NVIDIA H100 (measured)"]
+    assert [list(line.get_xdata()) for line in ax.get_lines()] == [[128, 256], [128, 4096]]
+    plt.close(fig)
+    with pytest.raises(ValueError, match="nothing to plot"):
+        C.plot_matmul_sizes({})
+
+
+def test_times_figure_puts_the_same_measurements_side_by_side():
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig = C.plot_times({"naive": 0.2, "your measure": 20.0}, "AMD EPYC, n = 256",
+                       {"naive": 0.142, "your measure": 2.688, "CUDA events": 2.687}, "NVIDIA H100 (measured), n = 4096",
+                       title="One product timed four ways", note="the naive clock saw the launch")
+    title, xlabel, ylabel = _labels(fig)
+    assert "timed four ways" in title and "launch" in title and "ms" in ylabel and xlabel
+    ax = fig.axes[0]
+    assert len(ax.patches) == 5  # no CUDA-events bar for the machine that could not measure it
+    assert [t.get_text() for t in fig.legends[0].get_texts()] == ["AMD EPYC, n = 256", "NVIDIA H100 (measured), n = 4096"]
+    plt.close(fig)

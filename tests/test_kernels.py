@@ -148,3 +148,49 @@ def test_run_isolated_after_the_parent_used_intra_op_threads():
     def rows():
         yield {"sum": float((torch.full((1 << 20,), 1.0) * 2).sum())}
     assert K.run_isolated(rows, timeout=30) == [{"sum": float(1 << 21)}]
+
+
+def test_cache_size_and_the_sizes_around_it():
+    from gpucourse import kernels as K
+    assert K.cache_bytes("cpu") >= 1 << 16
+    sizes = K.sizes_around(50 * 2**20)
+    assert sizes[0] == 1 << 16 and sizes[-1] * 4 >= 8 * 50 * 2**20 > sizes[-2] * 4
+    assert all(b == 2 * a for a, b in zip(sizes, sizes[1:]))
+    assert K.sizes_around(1, smallest=4) == [4]
+    with pytest.raises(ValueError):
+        K.sizes_around(0)
+
+
+def test_fused_vs_eager_times_both_at_each_size_and_the_figure_marks_the_cache():
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import torch
+    from gpucourse import kernels as K
+    results = K.fused_vs_eager([256, 1024], "cpu", lambda x, y, out: torch.add(y, x, alpha=2.0, out=out),
+                               lambda x, y: 2.0 * x + y, min_seconds=0.01)
+    assert set(results) == {256, 1024} and all(t["fused"] > 0 and t["eager"] > 0 for t in results.values())
+    fig = K.plot_fused_vs_eager(results, "AMD EPYC", cache=4096, reference={1 << 20: {"fused": 2.2e-5, "eager": 2.2e-5}},
+                                reference_label="NVIDIA H100 (measured)")
+    times, ratio = fig.axes
+    assert "AMD EPYC" in fig._suptitle.get_text()
+    assert "MiB" in times.get_xlabel() and "µs" in times.get_ylabel() and "ratio" in ratio.get_ylabel()
+    legend = [t.get_text() for t in times.get_legend().get_texts()]
+    assert "fused: AMD EPYC" in legend and "eager: NVIDIA H100 (measured)" in legend
+    assert any(line.get_ydata()[0] == 0.6 for line in ratio.get_lines() if len(line.get_ydata()) == 2)
+    plt.close(fig)
+    with pytest.raises(ValueError):
+        K.plot_fused_vs_eager({}, "x", 1)
+
+
+def test_scaled_add_beside_names_both_machines():
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from gpucourse import kernels as K
+    fig = K.plot_scaled_add_beside({"Triton scaled_add (fused)": 100.0}, "AMD EPYC: interpreter",
+                                   {"Triton scaled_add (fused)": 0.022, "torch 2.0 * x + y": 0.022}, "NVIDIA H100 (measured)")
+    ax = fig.axes[0]
+    assert "scaled_add" in ax.get_title() and "ms" in ax.get_ylabel() and ax.get_xlabel()
+    assert [t.get_text() for t in fig.legends[0].get_texts()] == ["AMD EPYC: interpreter", "NVIDIA H100 (measured)"]
+    plt.close(fig)

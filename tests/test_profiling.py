@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import os
 
 import pytest
 import torch
@@ -86,3 +87,69 @@ def test_generated_traces_hold_what_their_spec_says(kinds):
         assert syncs == sorted(spec["syncs"])
         if kinds.get("share") and stall is None and share >= 0.64:
             assert fraction > 0.5  # the case that tells a fixed 0.5 from `share`
+
+
+def test_quiet_kineto_only_where_cuda_is_unavailable(monkeypatch):
+    import os
+    monkeypatch.delenv("KINETO_LOG_LEVEL", raising=False)
+    quiet = P.quiet_kineto_without_cuda()
+    assert quiet == (torch.version.cuda is not None and not torch.cuda.is_available())
+    assert os.environ.get("KINETO_LOG_LEVEL") == ("6" if quiet else None)
+    monkeypatch.setenv("KINETO_LOG_LEVEL", "2")  # a level the user chose stays
+    P.quiet_kineto_without_cuda()
+    assert os.environ["KINETO_LOG_LEVEL"] == "2"
+
+
+def test_the_code_35_message_goes_away(tmp_path):
+    """In a fresh process: a profile prints Kineto's gpuGetDeviceCount error, unless quieted first."""
+    import subprocess
+    import sys
+
+    if torch.version.cuda is None or torch.cuda.is_available():
+        pytest.skip("the message appears only with a CUDA build of torch on a machine without a usable GPU")
+    script = ("import torch\nfrom gpucourse import profiling as P\n{quiet}"
+              "with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]):\n    torch.ones(3) + 1\n")
+    env = {k: v for k, v in os.environ.items() if k != "KINETO_LOG_LEVEL"}
+    runs = {quiet: subprocess.run([sys.executable, "-c", script.format(quiet="P.quiet_kineto_without_cuda()\n" if quiet else "")],
+                                  capture_output=True, text=True, timeout=300, env=env) for quiet in (False, True)}
+    assert all(run.returncode == 0 for run in runs.values()), runs
+    if "gpuGetDeviceCount" not in runs[False].stderr:
+        pytest.skip("this torch's Kineto does not print the message: nothing to silence")
+    assert "gpuGetDeviceCount" not in runs[True].stderr
+
+
+def test_profile_totals_read_the_table_totals():
+    loader = DataLoader(P.SlowDataset(n=64, features=8), batch_size=8)
+    model = P.tiny_model(features=8, hidden=8)
+    prof = P.profile_training(loader, model, torch.optim.SGD(model.parameters(), lr=0.1))
+    totals = P.profile_totals(prof)
+    assert list(totals) == ["self CPU time, 3 steps"]  # a CPU run records no CUDA time
+    assert totals["self CPU time, 3 steps"] == pytest.approx(prof.key_averages().self_cpu_time_total)
+
+
+def test_step_ms_times_a_training_step_and_graphs_need_cuda():
+    ms = P.step_ms(P.tiny_model(), 16, "cpu", min_seconds=0.01)
+    assert ms > 0
+    with pytest.raises(ValueError, match="CUDA graphs need a CUDA device"):
+        P.step_ms(P.tiny_model(), 16, "cpu", graphed=True)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_step_ms_replays_a_cuda_graph():
+    assert P.step_ms(P.tiny_model(), 128, "cuda", graphed=True, min_seconds=0.05) > 0
+
+
+def test_busy_and_step_figures_name_both_machines():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    for draw, unit in ((P.plot_busy, "µs"), (P.plot_step_times, "ms")):
+        fig = draw({"b128 eager": 0.4}, "AMD EPYC: tiny model", {"b128 eager": 12.21, "b128 CUDA graph": 2.26},
+                   "NVIDIA H100 (measured): ResNet-18", note="launch-bound")
+        ax = fig.axes[0]
+        assert "launch-bound" in ax.get_title() and unit in ax.get_ylabel() and ax.get_xlabel()
+        assert [t.get_text() for t in fig.legends[0].get_texts()] == ["AMD EPYC: tiny model", "NVIDIA H100 (measured): ResNet-18"]
+        assert len(ax.patches) == 3
+        plt.close(fig)

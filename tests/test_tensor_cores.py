@@ -57,3 +57,80 @@ def test_benchmarks_return_positive_rates():
 
 def test_case_codes_are_described():
     assert all(isinstance(v, str) and v for v in T.CODES.values()) and len(T.CODES) == 7
+
+
+def _agg():
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    return plt
+
+
+def test_float32_matmul_sets_todays_setting_and_restores_it():
+    matmul = torch.backends.cuda.matmul
+    before = matmul.fp32_precision
+    with T.float32_matmul("tf32"):
+        assert matmul.fp32_precision == "tf32"
+    assert matmul.fp32_precision == before
+    with pytest.raises(RuntimeError), T.float32_matmul("ieee"):
+        raise RuntimeError("restored on the way out too")
+    assert matmul.fp32_precision == before
+    with pytest.raises(ValueError, match="'ieee' or 'tf32'"), T.float32_matmul("high"):
+        pass
+
+
+def test_cpu_threads_restores_the_count():
+    before = torch.get_num_threads()
+    with T.cpu_threads(1):
+        assert torch.get_num_threads() == 1
+    assert torch.get_num_threads() == before
+    with pytest.raises(ValueError):
+        with T.cpu_threads(0):
+            pass
+
+
+def test_precision_rates_on_a_cpu_time_float32_only_and_refuse_unknown_names():
+    rates = T.precision_rates(32, "cpu", min_seconds=0.01)
+    assert list(rates) == ["float32 (TF32 off)"] and rates["float32 (TF32 off)"] > 0
+    with pytest.raises(ValueError, match="unknown precision"):
+        T.precision_rates(32, "cpu", names=["float8"])
+    assert set(T.PRECISIONS) == {"float32 (TF32 off)", "TF32", "float16", "bfloat16"}
+
+
+def test_reference_precisions_and_alignment_labels_line_machines_up():
+    from gpucourse import reference as R
+
+    ref = T.reference_precisions(R.load("h100"), (8192, 8191))
+    assert ref[8192] == {"float32 (TF32 off)": 51.3, "TF32": 356.6, "float16": 635.4, "bfloat16": 665.2}
+    labelled = T.alignment_labels(ref, 8192)
+    assert labelled["TF32, aligned"] == 356.6 and labelled["TF32, misaligned"] == 134.4 and len(labelled) == 8
+    with pytest.raises(KeyError):
+        T.reference_precisions(R.load("h100"), (4096,))[4096]["TF32"]
+
+
+def test_precision_figure_names_both_machines_and_its_unit():
+    plt = _agg()
+    fig = T.plot_precisions({"float32 (TF32 off)": 0.05}, "this CPU, n = 256", {"float32 (TF32 off)": 51.3, "TF32": 356.6},
+                            "NVIDIA H100 (measured), n = 8192", note="TF32 is 7x")
+    ax = fig.axes[0]
+    assert "precision" in ax.get_title().lower() and "7x" in ax.get_title()
+    assert "TFLOP/s" in ax.get_ylabel() and "precision" in ax.get_xlabel()
+    assert [t.get_text() for t in fig.legends[0].get_texts()] == ["this CPU, n = 256", "NVIDIA H100 (measured), n = 8192"]
+    plt.close(fig)
+
+
+def test_alignment_figure_is_relative_to_the_aligned_size_and_colours_by_multiple():
+    plt = _agg()
+    fig = T.plot_alignment({256: 2.0, 257: 1.0, 264: 2.2}, "AMD EPYC, float32", multiple=8,
+                           reference={4096: 625.3, 4097: 83.2}, reference_label="NVIDIA H100, float16")
+    mine, ref = fig.axes
+    assert "Aligned" in fig._suptitle.get_text()
+    assert mine.get_title() == "AMD EPYC, float32" and ref.get_title() == "NVIDIA H100, float16"
+    assert "%" in mine.get_ylabel() and "n" in mine.get_xlabel()
+    assert [round(p.get_height()) for p in mine.patches] == [100, 50, 110]
+    assert [round(p.get_height(), 1) for p in ref.patches] == [100.0, 13.3]
+    colours = [p.get_facecolor()[:3] for p in mine.patches]
+    assert colours[0] == colours[2] != colours[1]
+    plt.close(fig)
+    with pytest.raises(ValueError):
+        T.plot_alignment({}, "x")

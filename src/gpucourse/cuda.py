@@ -23,7 +23,7 @@ import statistics
 import threading
 import time
 from dataclasses import dataclass
-from typing import Callable, Iterable, Sequence
+from typing import Callable, Iterable, Mapping, Sequence
 
 
 @dataclass(frozen=True)
@@ -338,3 +338,48 @@ scaled.add_(1)
 torch.cuda.synchronize()
 w = torch.empty_like(scaled).copy_(scaled)
 '''
+
+
+# Figures of lesson 2's measurements. The hardware each series ran on is in its legend label
+# (``gpucourse.reference.this_machine()`` for this machine, ``Reference.label()`` for the reference GPU).
+
+def plot_matmul_sizes(series: Mapping[str, Mapping[int, float]], note: str | None = None):
+    """float32 matrix-product throughput (GFLOP/s) against n, one line per hardware (its legend
+    label), both axes on log scales. Returns the Figure."""
+    import matplotlib.pyplot as plt
+
+    if not series or not any(series.values()):
+        raise ValueError("nothing to plot: no measurements")
+    fig, ax = plt.subplots(figsize=(6.5, 4.0), layout="constrained")
+    for label, values in series.items():
+        sizes = sorted(values)
+        ax.plot(sizes, [values[n] for n in sizes], "o-", label=label)
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("n (n×n @ n×n, float32 with TF32 off)")
+    ax.set_ylabel("GFLOP/s (log scale)")
+    ax.set_title("Matrix product throughput by size" + (f"\n{note}" if note else ""), fontsize=10)
+    ax.legend(fontsize=8, title="hardware", title_fontsize=8)
+    _legend_below(fig)
+    return fig
+
+
+def plot_times(mine: Mapping[str, float], mine_label: str, reference: Mapping[str, float], reference_label: str,
+               title: str, note: str | None = None):
+    """Milliseconds per call of the same named measurements on two machines, side by side on a log
+    scale (``gpucourse.reference.plot_beside``). Returns the Figure."""
+    from gpucourse.reference import plot_beside
+
+    fig = plot_beside(mine, reference, title=title, unit="ms per call (log scale)", mine_label=mine_label,
+                      reference_label=reference_label, note=note, log=True)
+    fig.axes[0].set_xlabel("what was timed")
+    _legend_below(fig)
+    return fig
+
+
+def _legend_below(fig) -> None:
+    """Move a one-axes figure's legend below the axes: hardware names are long."""
+    ax = fig.axes[0]
+    handles, labels = ax.get_legend_handles_labels()
+    ax.get_legend().remove()
+    fig.legend(handles, labels, loc="outside lower center", fontsize=8, title="hardware", title_fontsize=8)

@@ -266,3 +266,114 @@ def probe_problem(rows: list[dict], configs: int | None = None) -> str | None:
     if configs is not None and len(rows) < configs:
         return f"only {len(rows)} of {configs} launches reported"
     return None
+
+
+# Measuring the fused kernel against PyTorch's two kernels (the GPU cell after exercise 4).
+
+def cache_bytes(device: Any = "cpu") -> int:
+    """The last-level cache a streaming kernel on ``device`` can be served from: a CUDA GPU's L2
+    (``L2_cache_size``), or the CPU's largest cache as Linux reports it (32 MiB where unknown)."""
+    import torch
+
+    device = torch.device(device)
+    if device.type == "cuda":
+        return int(torch.cuda.get_device_properties(device).L2_cache_size)
+    sizes = []
+    for index in range(8):
+        try:
+            with open(f"/sys/devices/system/cpu/cpu0/cache/index{index}/size") as f:
+                text = f.read().strip()
+        except OSError:
+            break
+        scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:], 1)
+        sizes.append(int(text.rstrip("KMG")) * scale)
+    return max(sizes, default=32 << 20)
+
+
+def sizes_around(cache: int, element_size: int = 4, smallest: int = 1 << 16, above: int = 8) -> list[int]:
+    """Powers of two ``n`` from ``smallest`` elements up to the first whose tensor (``n * element_size``
+    bytes) is at least ``above`` times ``cache``: sizes well inside the cache and well outside it."""
+    if cache < 1 or element_size < 1 or smallest < 1 or above < 1:
+        raise ValueError("cache, element_size, smallest and above must be positive")
+    sizes = [smallest]
+    while sizes[-1] * element_size < above * cache:
+        sizes.append(sizes[-1] * 2)
+    return sizes
+
+
+def fused_vs_eager(sizes: Iterable[int], device: Any, fused: Callable[..., Any], eager: Callable[..., Any],
+                   min_seconds: float = 0.1) -> dict[int, dict[str, float]]:
+    """For each ``n``: seconds per call of ``fused(x, y, out)`` and of ``eager(x, y)`` on float32
+    tensors of ``n`` elements on ``device`` (``gpucourse.timing.seconds_per_call``, which synchronizes CUDA)."""
+    import torch
+
+    from gpucourse.timing import seconds_per_call
+
+    results = {}
+    for n in sizes:
+        x, y = torch.randn(n, device=device), torch.randn(n, device=device)
+        out = torch.empty_like(x)
+        results[n] = {"fused": seconds_per_call(lambda: fused(x, y, out), min_seconds=min_seconds),
+                      "eager": seconds_per_call(lambda: eager(x, y), min_seconds=min_seconds)}
+        del x, y, out
+    return results
+
+
+def plot_fused_vs_eager(results: dict[int, dict[str, float]], hardware: str, cache: int, element_size: int = 4,
+                        reference: dict[int, dict[str, float]] | None = None, reference_label: str | None = None):
+    """Left: µs per call of the fused kernel and of the eager pair against the size of one tensor;
+    right: fused time / eager time, with the 12/20 traffic ratio and the cache size marked. A
+    ``reference`` (same shape as ``results``) is drawn as hollow markers. Returns the Figure."""
+    import matplotlib.pyplot as plt
+
+    if not results:
+        raise ValueError("nothing to plot: no measurements")
+    fig, (times, ratio) = plt.subplots(1, 2, figsize=(11, 4.0), layout="constrained")
+    sets = [(results, hardware, "o-", None)]
+    if reference:
+        sets.append((reference, reference_label or "reference", "s", "none"))
+    for data, label, style, face in sets:
+        mib = [n * element_size / 2**20 for n in sorted(data)]
+        for name, colour in (("fused", "tab:green"), ("eager", "tab:red")):
+            times.plot(mib, [1e6 * data[n][name] for n in sorted(data)], style, color=colour,
+                       markerfacecolor=face, label=f"{name}: {label}")
+        ratio.plot(mib, [data[n]["fused"] / data[n]["eager"] for n in sorted(data)], style, color="black",
+                   markerfacecolor=face, label=label)
+    for ax in (times, ratio):
+        ax.set_xscale("log", base=2)
+        ax.axvline(cache / 2**20, color="grey", linestyle="--", linewidth=1)
+        ax.set_xlabel("size of one tensor (MiB, log scale; dashed: the cache)")
+    times.set_yscale("log")
+    times.set_ylabel("µs per call (log scale)")
+    times.set_title("Time per call", fontsize=9)
+    times.legend(fontsize=7)
+    ratio.axhline(12 / 20, color="tab:green", linestyle=":", linewidth=1, label="12/20: the traffic ratio")
+    ratio.axhline(1.0, color="grey", linestyle=":", linewidth=1, label="1: no gain")
+    ratio.set_ylim(0, max(1.3, ratio.get_ylim()[1]))
+    ratio.set_ylabel("fused time / eager time (ratio)")
+    ratio.set_title("Fused relative to eager", fontsize=9)
+    ratio.legend(fontsize=7)
+    fig.suptitle(f"Triton scaled_add (one pass) vs torch 2.0 * x + y (two kernels), float32, on {hardware}",
+                 fontsize=10)
+    return fig
+
+
+def plot_scaled_add_beside(mine: dict[str, float], mine_label: str, reference: dict[str, float],
+                           reference_label: str, note: str | None = None):
+    """Milliseconds per call of ``scaled_add`` and of ``2.0 * x + y`` on this machine beside the
+    reference GPU (``gpucourse.reference.plot_beside``, log scale). Returns the Figure."""
+    from gpucourse.reference import plot_beside
+
+    fig = plot_beside(mine, reference, title="scaled_add: the same kernel, two machines", unit="ms per call (log scale)",
+                      mine_label=mine_label, reference_label=reference_label, note=note, log=True)
+    fig.axes[0].set_xlabel("what was timed")
+    _legend_below(fig)
+    return fig
+
+
+def _legend_below(fig) -> None:
+    """Move a one-axes figure's legend below the axes: hardware names are long."""
+    ax = fig.axes[0]
+    handles, labels = ax.get_legend_handles_labels()
+    ax.get_legend().remove()
+    fig.legend(handles, labels, loc="outside lower center", fontsize=8, title="hardware", title_fontsize=8)

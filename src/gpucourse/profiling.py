@@ -10,6 +10,7 @@ the lesson's exercise, not a helper.
 from __future__ import annotations
 
 import json
+import os
 import time
 from pathlib import Path
 
@@ -117,6 +118,116 @@ def draw_timeline(events: list[dict], phases=PHASES, title: str = "Profiled trai
     return fig
 
 
+def quiet_kineto_without_cuda() -> bool:
+    """Keep the CUDA build's tracing library (Kineto) from printing ``gpuGetDeviceCount failed with
+    code 35`` on a machine without a usable NVIDIA driver; returns whether it did.
+
+    Kineto lists the machine's GPUs for the trace whatever activities were asked for, and logs the
+    CUDA error it gets (35, ``cudaErrorInsufficientDriver``: no driver recent enough, here none) the
+    first time a profile ends. Its log level, ``KINETO_LOG_LEVEL``, is read once, when the first
+    profile starts: this sets it (unless it is set already) to silence Kineto's own messages,
+    start/stop notes included, and only where CUDA is not available, so that on a GPU its errors
+    still show. Call it before the first profile of the process.
+    """
+    if torch.version.cuda is None or torch.cuda.is_available():
+        return False
+    os.environ.setdefault("KINETO_LOG_LEVEL", "6")  # above every level Kineto logs at: nothing printed
+    return True
+
+
+def profile_totals(prof) -> dict[str, float]:
+    """The totals under a profiler table, in µs: "self CPU time" (every recorded CPU event, the
+    profiler's own work included) and, when CUDA activity was recorded, "self CUDA time" (the GPU
+    running kernels). Keys end with the number of active steps, as in the course's GPU reference."""
+    events = prof.key_averages()
+    steps = sum(e.count for e in events if e.key.startswith("ProfilerStep"))
+    totals = {f"self CPU time, {steps} steps": float(events.self_cpu_time_total)}
+    device = sum(getattr(e, "self_device_time_total", getattr(e, "self_cuda_time_total", 0.0)) for e in events)
+    if device:
+        totals[f"self CUDA time, {steps} steps"] = float(device)
+    return totals
+
+
+def step_ms(model: nn.Module, batch_size: int, device="cpu", graphed: bool = False, features: int = 32,
+            min_seconds: float = 0.2, cpu_threads: int | None = 1) -> float:
+    """Milliseconds per training step (forward, MSE loss, backward, SGD with momentum) of ``model`` on
+    random data, eager or, with ``graphed=True`` (CUDA only), captured once in a ``torch.cuda.CUDAGraph``
+    and replayed: one launch for the whole step instead of one per operation.
+
+    Follows PyTorch's recipe for whole-network capture: warm-up steps on a side stream, gradients kept
+    (``zero_grad(set_to_none=False)``) so that the captured step reuses their memory, static inputs.
+    On a CPU the step runs on ``cpu_threads`` threads (one by default: a pool of threads costs a small
+    model more than it gains, and other programs on the same cores make it erratic); None keeps torch's count.
+    """
+    from gpucourse.timing import seconds_per_call
+
+    device = torch.device(device)
+    if graphed and device.type != "cuda":
+        raise ValueError("CUDA graphs need a CUDA device")
+    model = model.to(device)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    x = torch.randn(batch_size, features, device=device)
+    y = torch.randn(batch_size, 1, device=device)
+
+    def step():
+        optimizer.zero_grad(set_to_none=False)
+        loss = nn.functional.mse_loss(model(x), y)
+        loss.backward()
+        optimizer.step()
+        return loss
+
+    if device.type == "cuda":  # warm up on a side stream, as capture requires
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(3):
+                step()
+        torch.cuda.current_stream().wait_stream(side)
+    run = step
+    if graphed:
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            step()
+        run = graph.replay
+    threads = torch.get_num_threads()
+    if device.type == "cpu" and cpu_threads is not None:
+        torch.set_num_threads(cpu_threads)
+    try:
+        if device.type != "cuda":
+            for _ in range(3):
+                step()
+        return 1000 * seconds_per_call(run, min_seconds=min_seconds)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def plot_busy(mine: dict[str, float], mine_label: str, reference: dict[str, float], reference_label: str,
+              note: str | None = None):
+    """The totals of ``profile_totals`` (µs) on this machine beside the reference GPU's, log scale
+    (``gpucourse.reference.plot_beside``): how long the CPU worked and how long the GPU did. Returns the Figure."""
+    from gpucourse.reference import plot_beside
+
+    fig = plot_beside(mine, reference, title="Profiled steps: CPU time and GPU (kernel) time", unit="µs (log scale)",
+                      mine_label=mine_label, reference_label=reference_label, note=note, log=True)
+    fig.axes[0].set_xlabel("profiler total")
+    _legend_below(fig)
+    return fig
+
+
+def plot_step_times(mine: dict[str, float], mine_label: str, reference: dict[str, float], reference_label: str,
+                    note: str | None = None):
+    """Milliseconds per training step by batch size, eager and as a CUDA graph, on this machine beside
+    the reference GPU (``gpucourse.reference.plot_beside``, log scale). Returns the Figure."""
+    from gpucourse.reference import plot_beside
+
+    fig = plot_beside(mine, reference, title="A launch-bound training step, eager and as one CUDA graph",
+                      unit="ms per step (log scale)", mine_label=mine_label, reference_label=reference_label,
+                      note=note, log=True)
+    fig.axes[0].set_xlabel("batch size and how the step is launched")
+    _legend_below(fig)
+    return fig
+
+
 def lightning_regressor(features: int = 32):
     """A ``LightningModule`` around ``tiny_model`` (imported here: Lightning takes seconds to import)."""
     import pytorch_lightning as pl
@@ -136,3 +247,11 @@ def lightning_regressor(features: int = 32):
             return torch.optim.SGD(self.parameters(), lr=0.05)
 
     return TinyRegressor()
+
+
+def _legend_below(fig) -> None:
+    """Move a one-axes figure's legend below the axes: hardware names are long."""
+    ax = fig.axes[0]
+    handles, labels = ax.get_legend_handles_labels()
+    ax.get_legend().remove()
+    fig.legend(handles, labels, loc="outside lower center", fontsize=8, title="hardware", title_fontsize=8)

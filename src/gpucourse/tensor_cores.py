@@ -8,8 +8,9 @@ that is not a multiple leaves part of a tile (and of the GPU) doing padding work
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Iterator, Mapping
 
 import torch
 from torch import nn
@@ -97,7 +98,11 @@ def example_mlp(widths: list[int], activation: type[nn.Module] = nn.ReLU) -> nn.
 
 def tf32_settings() -> dict[str, Any]:
     """How float32 matrix products and convolutions run on this torch (only Ampere+ GPUs use TF32)."""
-    settings = {"torch.get_float32_matmul_precision()": torch.get_float32_matmul_precision()}
+    try:
+        legacy = torch.get_float32_matmul_precision()
+    except RuntimeError:  # torch 2.9+ refuses to answer once the new per-backend settings say "tf32"
+        legacy = "(set through the per-backend fp32_precision settings below)"
+    settings = {"torch.get_float32_matmul_precision()": legacy}
     owners = {"torch.backends": torch.backends, "torch.backends.cuda.matmul": torch.backends.cuda.matmul,
               "torch.backends.cudnn.conv": getattr(torch.backends.cudnn, "conv", None)}
     for owner, target in owners.items():
@@ -111,6 +116,132 @@ def matmul_tflops(m: int, n: int, k: int, dtype: torch.dtype, device: str, min_s
     a = torch.randn(m, k, device=device).to(dtype)
     b = torch.randn(k, n, device=device).to(dtype)
     return 2 * m * n * k / seconds_per_call(lambda: a @ b, min_seconds=min_seconds) / 1e12
+
+
+@contextlib.contextmanager
+def float32_matmul(precision: str) -> Iterator[None]:
+    """Within the block, float32 matrix products on CUDA run in ``precision``: ``"ieee"`` (true float32,
+    PyTorch's default) or ``"tf32"`` (Tensor Cores, Ampere and newer); the setting is restored after.
+
+    Today's API (PyTorch 2.9+) is ``torch.backends.cuda.matmul.fp32_precision``; on an older torch this
+    falls back to the flag it replaces, ``torch.backends.cuda.matmul.allow_tf32``.
+    """
+    if precision not in ("ieee", "tf32"):
+        raise ValueError(f"precision must be 'ieee' or 'tf32', not {precision!r}")
+    matmul = torch.backends.cuda.matmul
+    name = "fp32_precision" if hasattr(matmul, "fp32_precision") else "allow_tf32"
+    before = getattr(matmul, name)
+    setattr(matmul, name, precision if name == "fp32_precision" else precision == "tf32")
+    try:
+        yield
+    finally:
+        setattr(matmul, name, before)
+
+
+@contextlib.contextmanager
+def cpu_threads(count: int) -> Iterator[None]:
+    """Within the block, PyTorch's CPU operators use ``count`` threads (``torch.set_num_threads``); the
+    previous count is restored after. One thread gives steady CPU timings of small products, which
+    a thread pool's start-up, or other programs on the same cores, otherwise swamp."""
+    if count < 1:
+        raise ValueError("count must be >= 1")
+    before = torch.get_num_threads()
+    torch.set_num_threads(count)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+# What each precision of an n x n matrix product is: (dtype of the tensors, float32 matmul precision).
+PRECISIONS = {
+    "float32 (TF32 off)": (torch.float32, "ieee"),
+    "TF32": (torch.float32, "tf32"),
+    "float16": (torch.float16, "ieee"),
+    "bfloat16": (torch.bfloat16, "ieee"),
+}
+
+
+def precision_rates(n: int, device: str, names=None, min_seconds: float = 0.3) -> dict[str, float]:
+    """TFLOP/s of an n x n @ n x n product in each precision of ``PRECISIONS`` (or of ``names``).
+
+    By default a CUDA device runs all four (bfloat16 only where ``torch.cuda.is_bf16_supported()``)
+    and a CPU float32 only: TF32 is a Tensor Core format, and a CPU without native bfloat16 or
+    float16 arithmetic emulates them slowly, which would measure the emulation, not the format.
+    """
+    device = torch.device(device)
+    if names is None:
+        names = ["float32 (TF32 off)"]
+        if device.type == "cuda":
+            names = [name for name in PRECISIONS if name != "bfloat16" or torch.cuda.is_bf16_supported()]
+    unknown = [name for name in names if name not in PRECISIONS]
+    if unknown:
+        raise ValueError(f"unknown precision(s) {unknown}; known: {', '.join(PRECISIONS)}")
+    rates = {}
+    for name in names:
+        dtype, fp32 = PRECISIONS[name]
+        with float32_matmul(fp32):
+            rates[name] = matmul_tflops(n, n, n, dtype, str(device), min_seconds)
+    return rates
+
+
+def plot_precisions(mine: Mapping[str, float], mine_label: str, reference: Mapping[str, float],
+                    reference_label: str, note: str | None = None):
+    """Bars of matrix-product TFLOP/s by precision, this machine beside a reference (log scale);
+    the labels say the hardware and the size each side ran at. Returns the Figure."""
+    from gpucourse.reference import plot_beside
+
+    fig = plot_beside(mine, reference, title="Square matrix product by precision", unit="TFLOP/s (log scale)",
+                      mine_label=mine_label, reference_label=reference_label, note=note, log=True)
+    fig.axes[0].set_xlabel("precision of the product (float32 with TF32 off is PyTorch's default)")
+    _legend_below(fig)
+    return fig
+
+
+def reference_precisions(reference, sizes) -> dict[int, dict[str, float]]:
+    """The reference GPU's ``matmul_tflops`` for each size in ``sizes``, by the names of ``PRECISIONS``
+    (``{8192: {"float32 (TF32 off)": 51.3, "TF32": 356.6, ...}}``); a size it lacks raises KeyError."""
+    names = {"float32 (TF32 off)": "float32", "TF32": "tf32", "float16": "float16", "bfloat16": "bfloat16"}
+    measured = reference.values("matmul_tflops")
+    return {n: {name: measured[f"{label} {n}"] for name, label in names.items() if f"{label} {n}" in measured}
+            for n in sizes}
+
+
+def alignment_labels(rates: Mapping[int, Mapping[str, float]], aligned: int) -> dict[str, float]:
+    """``{n: {precision: rate}}`` as one dict keyed "<precision>, aligned" (n == ``aligned``) or
+    "<precision>, misaligned" (any other n), precision by precision, so that machines measured at
+    different sizes line up."""
+    names = list(dict.fromkeys(name for by_name in rates.values() for name in by_name))
+    return {f"{name}, {'aligned' if n == aligned else 'misaligned'}": rates[n][name]
+            for name in names for n in rates if name in rates[n]}
+
+
+def plot_alignment(rates: Mapping[int, float], hardware: str, multiple: int = 8,
+                   reference: Mapping[int, float] | None = None, reference_label: str | None = None):
+    """Throughput of n x n products at sizes around an aligned one, as a percentage of the first
+    (aligned) size: green where n is a multiple of ``multiple``, red where not. With ``reference``, a
+    second panel for the reference GPU's own sizes. Percentages let machines of any speed compare;
+    the titles name the hardware. Returns the Figure."""
+    import matplotlib.pyplot as plt
+
+    if not rates:
+        raise ValueError("nothing to plot: no measurements")
+    panels = [(rates, hardware)]
+    if reference:
+        panels.append((reference, reference_label or "reference"))
+    fig, axes = plt.subplots(1, len(panels), figsize=(5.2 * len(panels), 3.8), layout="constrained", squeeze=False)
+    for ax, (values, label) in zip(axes[0], panels):
+        sizes = sorted(values)
+        base = values[sizes[0]]
+        percent = [100 * values[n] / base for n in sizes]
+        bars = ax.bar([str(n) for n in sizes], percent,
+                      color=["tab:green" if n % multiple == 0 else "tab:red" for n in sizes])
+        ax.bar_label(bars, fmt="%.0f%%", fontsize=7, padding=1)
+        ax.set_xlabel("n (n×n @ n×n)")
+        ax.set_ylabel(f"throughput (% of n = {sizes[0]})")
+        ax.set_title(label, fontsize=9)
+    fig.suptitle(f"Aligned (green: multiple of {multiple}) vs misaligned (red) matrix sizes", fontsize=10)
+    return fig
 
 
 def alignment_benchmark(base: int, dtype: torch.dtype, device: str, offsets=(0, 1, 4, 7, 8),
@@ -137,3 +268,11 @@ CODES = {
     "missing_comma": "a missing comma between layers: a SyntaxError",
     "no_activation_between_linears": "stacked Linear layers with nothing in between collapse into one linear map",
 }
+
+
+def _legend_below(fig) -> None:
+    """Move a one-axes figure's legend below the axes: hardware names are long."""
+    ax = fig.axes[0]
+    handles, labels = ax.get_legend_handles_labels()
+    ax.get_legend().remove()
+    fig.legend(handles, labels, loc="outside lower center", fontsize=8, title="hardware", title_fontsize=8)
