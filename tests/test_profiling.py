@@ -153,3 +153,15 @@ def test_busy_and_step_figures_name_both_machines():
         assert [t.get_text() for t in fig.legends[0].get_texts()] == ["AMD EPYC: tiny model", "NVIDIA H100 (measured): ResNet-18"]
         assert len(ax.patches) == 3
         plt.close(fig)
+
+
+def test_device_total_counts_kernels_not_the_gpu_view_of_labelled_ranges():
+    from types import SimpleNamespace
+
+    from torch.autograd import DeviceType
+
+    events = [SimpleNamespace(device_type=DeviceType.CUDA, is_user_annotation=False, self_device_time_total=20.0),
+              SimpleNamespace(device_type=DeviceType.CUDA, is_user_annotation=True, self_device_time_total=750.0),
+              SimpleNamespace(device_type=DeviceType.CPU, is_legacy=False, is_user_annotation=False, self_device_time_total=5.0),
+              SimpleNamespace(device_type=DeviceType.CUDA, is_user_annotation=False, self_device_time_total=13.9)]
+    assert P.device_time_total(events) == pytest.approx(33.9)

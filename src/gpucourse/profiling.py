@@ -142,10 +142,24 @@ def profile_totals(prof) -> dict[str, float]:
     events = prof.key_averages()
     steps = sum(e.count for e in events if e.key.startswith("ProfilerStep"))
     totals = {f"self CPU time, {steps} steps": float(events.self_cpu_time_total)}
-    device = sum(getattr(e, "self_device_time_total", getattr(e, "self_cuda_time_total", 0.0)) for e in events)
+    device = device_time_total(events)
     if device:
-        totals[f"self CUDA time, {steps} steps"] = float(device)
+        totals[f"self CUDA time, {steps} steps"] = device
     return totals
+
+
+def device_time_total(events) -> float:
+    """µs the device spent running kernels, summed as the profiler's table sums its "Self CUDA time
+    total": events on a device, except ``record_function`` ranges as the GPU saw them (their time
+    is their kernels', already counted)."""
+    from torch.autograd import DeviceType
+
+    total = 0.0
+    for e in events:
+        on_device = e.device_type != DeviceType.CPU or getattr(e, "is_legacy", False)
+        if on_device and not getattr(e, "is_user_annotation", False):
+            total += getattr(e, "self_device_time_total", getattr(e, "self_cuda_time_total", 0.0))
+    return float(total)
 
 
 def step_ms(model: nn.Module, batch_size: int, device="cpu", graphed: bool = False, features: int = 32,
