@@ -136,8 +136,8 @@ def quiet_kineto_without_cuda() -> bool:
 
 
 def profile_totals(prof) -> dict[str, float]:
-    """The totals under a profiler table, in µs: "self CPU time" (every recorded CPU event, the
-    profiler's own work included) and, when CUDA activity was recorded, "self CUDA time" (the GPU
+    """The totals under a profiler table, in µs: "self CPU time" (the self CPU time of every
+    recorded event, summed) and, when CUDA activity was recorded, "self CUDA time" (the GPU
     running kernels). Keys end with the number of active steps, as in the course's GPU reference."""
     events = prof.key_averages()
     steps = sum(e.count for e in events if e.key.startswith("ProfilerStep"))
