@@ -28,7 +28,7 @@ from pathlib import Path
 import nbformat
 from packaging.requirements import Requirement
 
-from course import BADGE, COURSE, EDITION, PACKAGE, ROOT, SETUP_CELL, Edition, load_edition
+from course import BADGE, COURSE, EDITION, PACKAGE, ROOT, Edition, load_edition, setup_code
 
 OUT = ROOT / "build" / "student-edition"
 ENTRIES = [".git", ".gitignore", "LICENSE", "Makefile", "README.md", "course", "pyproject.toml", "src"]
@@ -219,7 +219,7 @@ def _lesson_rows(course: Path, edition: Edition) -> str:
 
 def check_release(course: Path, edition: Edition) -> None:
     """Refuse to publish notebooks released for another home or ref: `make release` first."""
-    setup = SETUP_CELL.format(install_url=edition.install_url)
+    setup = setup_code(edition)
     for path in sorted(course.glob("*/*.ipynb")):
         nb = nbformat.read(path, as_version=4)
         rel = path.relative_to(course).as_posix()
