@@ -3,7 +3,7 @@
 A Colab runtime has torch, NumPy, pandas, scikit-learn and friends, and lacks Lightning and Darts. This
 builds such a Python from this checkout's .venv: a fresh venv that sees the .venv's packages through a
 folder of links, minus the ones a Colab runtime lacks (Lightning and what only it needs; Darts and what
-only it needs that Colab does not ship). Then it times, with pip's cache off (a new runtime's is empty):
+only it needs that Colab does not ship). Then it times, downloading from the package index with pip's cache off (as a new runtime does):
 
   1. the setup cell's ``pip install --no-deps`` of the student edition (written by publish.py into a
      temporary folder; a local folder, so no git clone is timed),
@@ -77,8 +77,9 @@ def main() -> None:
 
     from gpucourse.install import PIP_OPTIONS
 
-    env = {**os.environ, "PIP_NO_CACHE_DIR": "1"}
-    env.pop("PYTHONPATH", None)
+    # From the package index itself, with an empty cache, as a new runtime does: no local wheels or mirrors.
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PIP_", "PYTHONPATH"))}
+    env.update({"PIP_CONFIG_FILE": os.devnull, "PIP_NO_CACHE_DIR": "1"})
     with tempfile.TemporaryDirectory(prefix="gpucourse-install-times-") as folder:
         tmp = Path(folder)
         edition = publish(tmp / "edition", git=False)

@@ -150,6 +150,36 @@ def test_the_edition_pyproject_and_readme(built, edition):
     assert re.search(r"^lab:", (built / "Makefile").read_text(), re.M)
 
 
+def test_the_student_readme_says_how_to_hand_in_and_what_the_checks_do_not_tell(built):
+    readme = (built / "README.md").read_text()
+    hand_in = readme.split("## Handing in", 1)[1].split("\n## ", 1)[0]
+    for way, steps in {"nbgrader": ("*Fetch*", "*Submit*"), "Colab": ("Download .ipynb", "upload"),
+                       "Self-study": ("nothing to hand in",)}.items():
+        assert way in hand_in and all(step in hand_in for step in steps), way
+    assert "hidden checks" in readme and "subset" in readme and "not answered yet" in readme
+    assert "turns it off" in readme or "Self-check is off" in readme
+
+
+ESTIMATE = re.compile(r"about (\d+) s|about (half )?a minute|\d+[–-]\d+ minutes")
+
+
+def test_every_install_estimate_comes_from_the_one_measured_table(built):
+    """The setup cell, install_missing's message and the student README give MEASURED's numbers, and
+    every entry says how it was measured; no other install time is written anywhere students read."""
+    from gpucourse.install import MEASURED, estimate
+
+    assert MEASURED and all(m.seconds > 0 for m in MEASURED.values())
+    assert all("runs:" in m.how and "load average" in m.how for m in MEASURED.values()), "provenance"
+    setup = read(built / "course" / "lesson01_processes_threads" / "processes_threads.ipynb").cells[1].source
+    assert ESTIMATE.findall(setup) == [(str(int(estimate("gpucourse").about().split()[1])), "")]
+    readme = (built / "README.md").read_text()
+    assert estimate("gpucourse", "pytorch-lightning").about() in readme and estimate("darts").about() in readme
+    assert len(ESTIMATE.findall(readme)) == 2 and "half a minute" not in readme
+    darts_cell = read(built / "course" / "lesson09_darts_forecasting" / "darts_forecasting.ipynb").cells[2].source
+    assert not ESTIMATE.search(darts_cell), "lesson 9's install cell prints MEASURED's estimate, it writes none"
+    assert not re.search(r"install\w*[^.]*\b(\d+[–-]\d+ minutes|a minute)", (ROOT / "README.md").read_text())
+
+
 def test_publish_refuses_notebooks_released_for_another_home(tmp_path, edition):
     from course import Edition
     from publish import publish
