@@ -14,6 +14,7 @@ import hashlib
 import logging
 import os
 import tempfile
+import textwrap
 import time
 import warnings
 from pathlib import Path
@@ -220,7 +221,7 @@ def plot_forecast(series, forecast, epochs: int, full_epochs: int, mape: float, 
                    f"the yearly season; the full run trains {full_epochs}.")
         else:
             why = f"A nearly flat line: {epochs} epochs were not enough here for this RNN to learn the yearly season."
-        ax.text(0.02, 0.97, why, transform=ax.transAxes, fontsize=8, va="top", wrap=True,
+        ax.text(0.02, 0.97, textwrap.fill(why, 90), transform=ax.transAxes, fontsize=8, va="top",
                 bbox={"facecolor": "lightyellow", "alpha": 0.9, "edgecolor": "grey"})
     ax.legend(loc="lower right", fontsize=8)
     fig.tight_layout()
