@@ -3,7 +3,8 @@
 A Colab runtime has torch, NumPy, pandas, scikit-learn and friends, and lacks Lightning and Darts. This
 builds such a Python from this checkout's .venv: a fresh venv that sees the .venv's packages through a
 folder of links, minus the ones a Colab runtime lacks (Lightning and what only it needs; Darts and what
-only it needs that Colab does not ship). Then it times, downloading from the package index with pip's cache off (as a new runtime does):
+only it needs that Colab does not ship). Then it times, downloading from the package index with pip's
+cache off (as a new runtime does):
 
   1. the setup cell's ``pip install --no-deps`` of the student edition (written by publish.py into a
      temporary folder; a local folder, so no git clone is timed),
