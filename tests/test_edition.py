@@ -358,3 +358,13 @@ def test_the_setup_cell_prints_only_the_courses_lines_next_to_an_older_torch(bui
     assert len(lines) == len(expected), lines
     for line, pattern in zip(lines, expected):
         assert re.fullmatch(pattern, line), (line, pattern)
+
+
+def test_estimates_are_rounded_up_measurements_or_none():
+    from gpucourse.install import MEASURED, Measured, estimate
+
+    assert Measured(11.6, "x").about() == "about 15 s" and Measured(10.1, "x").about() == "about 10 s"
+    assert Measured(0.4, "x").about() == "about 5 s"
+    both = estimate("gpucourse", "pytorch-lightning")
+    assert both.seconds == MEASURED["gpucourse"].seconds + MEASURED["pytorch-lightning"].seconds
+    assert estimate("numpy") is None and estimate("darts", "numpy") is None, "no estimate for what nobody measured"
