@@ -140,12 +140,22 @@ SETUP_CELL = """\
 import importlib.util, os, subprocess, sys
 if importlib.util.find_spec("gpucourse") is None:
     url = os.environ.get("GPUCOURSE_INSTALL_URL", "{install_url}")
-    print(f"Installing the course helpers from {{url}} (about 15 s, once per runtime)", flush=True)
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", url], check=True)
+    print(f"Installing the course helpers from {{url}} ({about}, once per runtime)", flush=True)
+    pip = [sys.executable, "-m", "pip", "install", {pip_options}]
+    subprocess.run([*pip, "--no-deps", url], check=True)
     importlib.invalidate_caches()
     from gpucourse.install import install_missing; install_missing()
 from gpucourse import setup
 S = setup(seed=0)"""
+
+
+def setup_code(edition: Edition) -> str:
+    """The setup cell for ``edition``: its install URL, pip's options and the measured install time
+    (gpucourse.install.MEASURED, the one source of the course's install estimates)."""
+    from gpucourse.install import PIP_OPTIONS, estimate
+
+    return SETUP_CELL.format(install_url=edition.install_url, about=estimate("gpucourse").about(),
+                             pip_options=", ".join(f'"{o}"' for o in PIP_OPTIONS))
 
 
 def stamp(nb, notebook: str, edition: Edition) -> bool:
@@ -167,7 +177,7 @@ def stamp(nb, notebook: str, edition: Edition) -> bool:
               and c.get("metadata", {}).get("nbgrader", {}).get("grade_id") == SETUP_CELL_ID]
     if len(setups) != 1 or nb.cells.index(setups[0]) != 1:
         raise SystemExit(f"{notebook}: the second cell must be the setup cell (nbgrader id {SETUP_CELL_ID!r})")
-    code = SETUP_CELL.format(install_url=edition.install_url)
+    code = setup_code(edition)
     changed |= setups[0].source != code
     setups[0].source = code
     return changed

@@ -28,7 +28,7 @@ from pathlib import Path
 import nbformat
 from packaging.requirements import Requirement
 
-from course import BADGE, COURSE, EDITION, PACKAGE, ROOT, SETUP_CELL, Edition, load_edition
+from course import BADGE, COURSE, EDITION, PACKAGE, ROOT, Edition, load_edition, setup_code
 
 OUT = ROOT / "build" / "student-edition"
 ENTRIES = [".git", ".gitignore", "LICENSE", "Makefile", "README.md", "course", "pyproject.toml", "src"]
@@ -93,9 +93,13 @@ need a GPU or TPU say so and skip, and every speed claim is measured on *your* m
 ## On Colab
 
 Click a lesson's badge. Its first code cell installs the course helpers (`gpucourse`, this repository
-at `{ref}`) next to the PyTorch that Colab ships, which it never replaces; it prints what it installs
-and how long that takes (about half a minute, once per runtime). Lesson 9 also installs Darts. For a
-GPU choose *Runtime → Change runtime type*.
+at `{ref}`) next to the PyTorch that Colab ships, which it never replaces, and prints one line per step:
+what it installs, its estimate ({setup_about}, once per runtime; lesson 9 adds Darts, {darts_about}),
+and how long it took. An older torch than the tested one is kept, and said so in one line; that is not
+an error. For a GPU choose *Runtime → Change runtime type*.
+
+The estimates are measured, not guessed: {provenance}. They are kept in one table,
+`gpucourse.install.MEASURED`, from which the notebooks and this README take them.
 
 ## On your own machine
 
@@ -122,10 +126,33 @@ does not see a GPU on your machine, with the fix.
 
 Work through a lesson top to bottom; exercise cells say `# YOUR CODE HERE`. Under each exercise a
 one-line cell `check("<exercise>")` runs that exercise's public checks and prints ✓ or ✗ with the
-reason, on Colab and locally alike. Your instructor grades the notebook you hand in with further
-checks; warnings printed by torch or Lightning never count against you.
+reason, on Colab and locally alike; an exercise you have not answered yet reads "not answered yet:
+define `name` (...)". A cell that shows off an exercise's answer says "answer exercise N first" until
+you have. Warnings printed by torch or Lightning never count against you.
+
+**What the checks tell you, and what they do not.** ✓ on every public check means your answer has the
+right form and passes the cases shown; it is not your grade. The public checks are a subset: grading
+runs hidden checks too (more inputs, edge cases, every clause of the exercise's text), on the notebook
+you hand in, so an answer that passes here can still lose points there. In JupyterLab, nbgrader's
+**Validate** button runs every check of the notebook at once.
 
 {self_check}
+
+## Handing in
+
+How you hand in a notebook depends on how you take the course; your instructor says which:
+
+- **A class on JupyterHub with nbgrader** (an *Assignments* tab): *Fetch* the assignment there, work in
+  the fetched copy, save, and *Submit* it from the same tab; you may submit again before the deadline
+  (the last submission counts). Where your instructor collects files instead, upload the saved
+  `.ipynb` from your `work/` folder where they say.
+- **Colab**: *File → Download → Download .ipynb*, then upload that file where your instructor says (an
+  LMS assignment, a shared folder). Colab saves your edits to your Google Drive only after *File →
+  Save a copy in Drive*: do that first if you want to come back to it.
+- **Self-study**: there is nothing to hand in. `check("<exercise>")` and Validate are your feedback.
+
+Hand in the notebook with your answers in the exercise cells only: grading takes your answer cells
+and runs everything else as released, so changes elsewhere are not seen.
 
 ## Contents
 
@@ -144,12 +171,22 @@ Under an answer exercise (a quiz letter, a choice of tools, a set of settings), 
 checks pass, `check` also says **correct** or **not yet**. It compares a salted hash of your answer
 with hashes of the accepted answers (`src/gpucourse/checks/self_check.json`), so it never shows an
 answer; but any guess can be checked that way, and a quiz question has only four letters to try.
-Self-check is for practice: a class whose answer exercises are graded turns it off.
-`GPUCOURSE_SELF_CHECK=0` turns it off on your machine."""
+Self-check is for practice, and only for answer exercises (never code): a class whose answer
+exercises are graded turns it off, and then `check` says so. `GPUCOURSE_SELF_CHECK=0` turns it off on
+your machine."""
 
 SELF_CHECK_OFF = """\
 Self-check is off in this edition: under an answer exercise (a quiz letter, a choice of tools, a set
 of settings), `check` looks at the form of your answer only; whether it is right, grading says."""
+
+
+def install_estimates() -> dict[str, str]:
+    """The README's install times, from gpucourse.install.MEASURED (the setup cell's come from there too)."""
+    from gpucourse.install import MEASURED, estimate
+
+    setup = estimate("gpucourse", "pytorch-lightning")
+    return {"setup_about": setup.about(), "darts_about": estimate("darts").about(),
+            "provenance": MEASURED["darts"].how.split("; ", 1)[1]}
 
 
 def self_check_on(path: Path = EDITION) -> bool:
@@ -219,7 +256,7 @@ def _lesson_rows(course: Path, edition: Edition) -> str:
 
 def check_release(course: Path, edition: Edition) -> None:
     """Refuse to publish notebooks released for another home or ref: `make release` first."""
-    setup = SETUP_CELL.format(install_url=edition.install_url)
+    setup = setup_code(edition)
     for path in sorted(course.glob("*/*.ipynb")):
         nb = nbformat.read(path, as_version=4)
         rel = path.relative_to(course).as_posix()
@@ -269,7 +306,7 @@ def publish(out: Path = OUT, edition: Edition | None = None, course: Path = COUR
     (out / "pyproject.toml").write_text(edition_pyproject(edition))
     owner_name = edition.home.split("/", 1)[1]
     (out / "README.md").write_text(README.format(rows=_lesson_rows(course, edition), ref=edition.ref,
-                                                 url=edition.url, name=owner_name,
+                                                 url=edition.url, name=owner_name, **install_estimates(),
                                                  self_check=SELF_CHECK_ON if self_check else SELF_CHECK_OFF))
     (out / "Makefile").write_text(MAKEFILE)
     (out / ".gitignore").write_text(GITIGNORE)

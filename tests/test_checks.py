@@ -51,7 +51,7 @@ def test_check_reports_a_missing_answer_and_unknown_exercises(capsys):
     with pytest.raises(checks.CheckFailed):
         checks.check("choose_tools", {})
     out = capsys.readouterr().out
-    assert "✗ one known tool for each of a-f: define `choices` (a dict from each workload key" in out
+    assert "✗ one known tool for each of a-f: not answered yet: define `choices` (a dict from each workload key" in out
     assert "KeyError" not in out and "raised" not in out
     with pytest.raises(KeyError, match="known: "):
         checks.check("no_such_exercise", {})
@@ -158,7 +158,7 @@ def test_a_failed_check_is_one_error_line_in_a_kernel_and_still_fails_the_cell(t
                    resources={"metadata": {"path": str(tmp_path)}}).execute()
     errors = [o for o in cell.outputs if o["output_type"] == "error"]
     printed = "".join(o.get("text", "") for o in cell.outputs if o["output_type"] == "stream")
-    assert "✗ one known tool for each of a-f: define `choices` (" in printed
+    assert "✗ one known tool for each of a-f: not answered yet: define `choices` (" in printed
     assert len(errors) == 1 and errors[0]["ename"] == "CheckFailed", cell.outputs
     assert len(errors[0]["traceback"]) == 1 and "1 of 1 public checks failed" in errors[0]["traceback"][0]
     assert not any(s in line for line in errors[0]["traceback"] for s in ("gpucourse", ".py", "File ", "Traceback"))

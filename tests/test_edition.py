@@ -150,6 +150,36 @@ def test_the_edition_pyproject_and_readme(built, edition):
     assert re.search(r"^lab:", (built / "Makefile").read_text(), re.M)
 
 
+def test_the_student_readme_says_how_to_hand_in_and_what_the_checks_do_not_tell(built):
+    readme = (built / "README.md").read_text()
+    hand_in = readme.split("## Handing in", 1)[1].split("\n## ", 1)[0]
+    for way, steps in {"nbgrader": ("*Fetch*", "*Submit*"), "Colab": ("Download .ipynb", "upload"),
+                       "Self-study": ("nothing to hand in",)}.items():
+        assert way in hand_in and all(step in hand_in for step in steps), way
+    assert "hidden checks" in readme and "subset" in readme and "not answered yet" in readme
+    assert "turns it off" in readme or "Self-check is off" in readme
+
+
+ESTIMATE = re.compile(r"about (\d+) s|about (half )?a minute|\d+[–-]\d+ minutes")
+
+
+def test_every_install_estimate_comes_from_the_one_measured_table(built):
+    """The setup cell, install_missing's message and the student README give MEASURED's numbers, and
+    every entry says how it was measured; no other install time is written anywhere students read."""
+    from gpucourse.install import MEASURED, estimate
+
+    assert MEASURED and all(m.seconds > 0 for m in MEASURED.values())
+    assert all("runs:" in m.how and "load average" in m.how for m in MEASURED.values()), "provenance"
+    setup = read(built / "course" / "lesson01_processes_threads" / "processes_threads.ipynb").cells[1].source
+    assert ESTIMATE.findall(setup) == [(str(int(estimate("gpucourse").about().split()[1])), "")]
+    readme = (built / "README.md").read_text()
+    assert estimate("gpucourse", "pytorch-lightning").about() in readme and estimate("darts").about() in readme
+    assert len(ESTIMATE.findall(readme)) == 2 and "half a minute" not in readme
+    darts_cell = read(built / "course" / "lesson09_darts_forecasting" / "darts_forecasting.ipynb").cells[2].source
+    assert not ESTIMATE.search(darts_cell), "lesson 9's install cell prints MEASURED's estimate, it writes none"
+    assert not re.search(r"install\w*[^.]*\b(\d+[–-]\d+ minutes|a minute)", (ROOT / "README.md").read_text())
+
+
 def test_publish_refuses_notebooks_released_for_another_home(tmp_path, edition):
     from course import Edition
     from publish import publish
@@ -266,3 +296,75 @@ def test_the_install_plan_adds_what_is_missing_and_keeps_the_runtimes_torch():
     tested = {name: floor[name].split(">=")[1] for name in ("torch", "torchvision")}
     assert plan(installed={**colab, **tested}.get).notes == []
     assert plan(installed=lambda name: None).install[:2] == [floor["torch"], floor["torchvision"]]
+
+
+def _older(python: Path, versions: dict[str, str]) -> None:
+    """Make ``python``'s environment report older versions of these distributions, as an older Colab's
+    would: metadata only, found before the real ones (pip and importlib.metadata take the first)."""
+    site = Path(subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                               check=True, capture_output=True, text=True).stdout.strip())
+    for name, version in versions.items():
+        info = site / f"{name}-{version}.dist-info"
+        info.mkdir()
+        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+        (info / "RECORD").write_text("")
+
+
+OLDER_TORCH = {"torch": "2.10.0", "torchvision": "0.25.0"}  # below pyproject's floors, as on an older Colab
+
+
+def _older_torch_runtime(tmp: Path, built: Path, edition) -> tuple[Path, dict]:
+    python = _colab_like(tmp, absent=["gpucourse", "pytorch-lightning"])
+    _older(python, OLDER_TORCH)
+    wheels = tmp / "wheels"
+    wheels.mkdir()
+    _wheel("pytorch-lightning", wheels)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PIP_", "PYTHON", "VIRTUAL_ENV", "GPUCOURSE_"))}
+    env.update({"GPUCOURSE_INSTALL_URL": f"git+file://{built}@{edition.ref}", "PIP_CONFIG_FILE": os.devnull,
+                "PIP_NO_INDEX": "1", "PIP_FIND_LINKS": str(wheels), "PIP_NO_BUILD_ISOLATION": "0",
+                "PIP_CACHE_DIR": str(tmp / "pip-cache"), "PYTHONNOUSERSITE": "1"})
+    return python, env
+
+
+def test_pip_reports_the_kept_older_torch_as_an_error_without_the_courses_options(built, edition, tmp_path):
+    """The scenario is real: installing Lightning next to gpucourse and an older torch, with plain
+    ``pip install -q`` (what the setup cell did before), prints pip's resolver ERROR."""
+    python, env = _older_torch_runtime(tmp_path, built, edition)
+    subprocess.run([python, "-m", "pip", "install", "-q", "--no-deps", env["GPUCOURSE_INSTALL_URL"]],
+                   env=env, check=True, capture_output=True, timeout=300)
+    pins = tmp_path / "keep.txt"
+    pins.write_text("".join(f"{n}=={v}\n" for n, v in OLDER_TORCH.items()))
+    run = subprocess.run([python, "-m", "pip", "install", "-q", "-c", str(pins), "pytorch-lightning>=2.6.4"],
+                         env=env, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "ERROR: pip's dependency resolver" in run.stderr and "torch 2.10.0 which is incompatible" in run.stderr
+
+
+def test_the_setup_cell_prints_only_the_courses_lines_next_to_an_older_torch(built, edition, tmp_path):
+    """The same runtime, the released setup cell: one line per step, no ERROR or WARNING from pip."""
+    python, env = _older_torch_runtime(tmp_path, built, edition)
+    setup = read(built / "course" / "lesson01_processes_threads" / "processes_threads.ipynb").cells[1].source
+    run = subprocess.run([python, "-c", setup], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    assert "ERROR" not in run.stdout + run.stderr and "WARNING" not in run.stdout + run.stderr, run.stderr
+    assert run.stderr.strip() == "", run.stderr
+    lines = run.stdout.strip().splitlines()
+    expected = [rf"Installing the course helpers from git\+file://\S+ \(about \d+ s, once per runtime\)",
+                r"Note: torch 2\.10\.0, torchvision 0\.25\.0 here are older than the tested torch>=\S+, "
+                r"torchvision>=\S+; kept as they are \(replacing a runtime's own torch breaks its CUDA setup\)\.",
+                r"Installing pytorch-lightning>=\S+ \(about \d+ s\); torch 2\.10\.0, torchvision 0\.25\.0 stay as they are",
+                r"Installed in \d+ s\.",
+                rf"gpucourse {re.escape(edition.version)} \| torch \S+ \| device: \w+ \| seed 0 \| .*"]
+    assert len(lines) == len(expected), lines
+    for line, pattern in zip(lines, expected):
+        assert re.fullmatch(pattern, line), (line, pattern)
+
+
+def test_estimates_are_rounded_up_measurements_or_none():
+    from gpucourse.install import MEASURED, Measured, estimate
+
+    assert Measured(11.6, "x").about() == "about 15 s" and Measured(10.1, "x").about() == "about 10 s"
+    assert Measured(0.4, "x").about() == "about 5 s"
+    both = estimate("gpucourse", "pytorch-lightning")
+    assert both.seconds == MEASURED["gpucourse"].seconds + MEASURED["pytorch-lightning"].seconds
+    assert estimate("numpy") is None and estimate("darts", "numpy") is None, "no estimate for what nobody measured"

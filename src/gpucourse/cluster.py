@@ -178,7 +178,8 @@ def draw_rank_grid(nodes: int = 2, tasks_per_node: int = 4, distribution: str = 
     ax.set_ylabel("node (= NODE_RANK)")
     ax.tick_params(length=0)
     ax.set_title(f"{nodes} nodes × {tasks_per_node} GPUs, srun --distribution={distribution}: "
-                 f"WORLD_SIZE {nodes * tasks_per_node}", fontsize=10)
+                 f"WORLD_SIZE {nodes * tasks_per_node}\n(simulated: the variables srun would set; no cluster, "
+                 "nothing measured)", fontsize=10)
     fig.tight_layout()
     return fig
 

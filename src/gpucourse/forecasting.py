@@ -9,10 +9,12 @@ the same bytes there, so Darts' own loader, md5 check included, is used unchange
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import os
 import tempfile
+import textwrap
 import time
 import warnings
 from pathlib import Path
@@ -154,3 +156,93 @@ def ddp_process_count(devices: int, num_workers: int) -> dict:
     workers = devices * num_workers
     return {"trainers": devices, "loader_workers": workers, "total": devices + workers,
             "cores": os.cpu_count() or 1}
+
+
+@contextlib.contextmanager
+def darts_errors_unlogged():
+    """Darts logs every error it raises (``darts.logging.raise_log``: "ValueError: ..." on stderr) and
+    then raises it. Around a call that fails on purpose and whose error the cell catches and prints,
+    that log line is a second copy that reads like a crash: this turns Darts' loggers down to CRITICAL
+    for the block only (its warnings outside the block, and every error a student's code meets, stay)."""
+    names = ["darts", *(n for n in list(logging.root.manager.loggerDict) if n.startswith("darts."))]
+    loggers = [logging.getLogger(n) for n in names]
+    levels = [lg.level for lg in loggers]
+    for lg in loggers:
+        lg.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        for lg, level in zip(loggers, levels):
+            lg.setLevel(level)
+
+
+def plot_air_passengers(series) -> Any:
+    """The AirPassengers series (lesson 9): data, not a measurement, so its source stands where the
+    hardware would. Returns the Figure."""
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 3.4))
+    series.plot(ax=ax, label="AirPassengers")
+    ax.set_title("AirPassengers: international airline passengers per month, 1949-1960\n"
+                 "(data: Box & Jenkins 1976, series G; not a measurement of this machine)", fontsize=10)
+    ax.set_xlabel("month")
+    ax.set_ylabel("passengers (thousands)")
+    fig.tight_layout()
+    return fig
+
+
+FLAT = 0.25  # a forecast whose spread is below this fraction of the actual months' spread reads as a flat line
+
+
+def forecast_spread(actual, forecast) -> float:
+    """The forecast's standard deviation over the actual series' on the months they share."""
+    import numpy as np
+
+    a = actual.slice_intersect(forecast).values().ravel()
+    f = forecast.slice_intersect(actual).values().ravel()
+    return float(np.std(f) / np.std(a)) if np.std(a) > 0 else float("nan")
+
+
+def plot_forecast(series, forecast, epochs: int, full_epochs: int, mape: float, hardware: str) -> Any:
+    """The actual series and a model's forecast (lesson 9), titled with the epochs, the MAPE and the
+    hardware it trained on. A nearly flat forecast (see :data:`FLAT`) says on the chart why: the run
+    trained too few epochs to learn the yearly season. Returns the Figure."""
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 3.6))
+    series.plot(ax=ax, label="actual")
+    forecast.plot(ax=ax, label=f"RNN forecast ({epochs} epochs)")
+    ax.set_xlabel("month")
+    ax.set_ylabel("passengers (thousands)")
+    ax.set_title(f"RNN forecast after {epochs} epochs, validation MAPE {mape:.1f} %, trained on {hardware}", fontsize=10)
+    if forecast_spread(series, forecast) < FLAT:
+        if epochs < full_epochs:
+            why = (f"A nearly flat line: {epochs} epochs (the smoke setting) are too few for this RNN to learn "
+                   f"the yearly season; the full run trains {full_epochs}.")
+        else:
+            why = f"A nearly flat line: {epochs} epochs were not enough here for this RNN to learn the yearly season."
+        ax.text(0.02, 0.97, textwrap.fill(why, 90), transform=ax.transAxes, fontsize=8, va="top",
+                bbox={"facecolor": "lightyellow", "alpha": 0.9, "edgecolor": "grey"})
+    ax.legend(loc="lower right", fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def plot_fit_times(rows: dict[str, tuple[float, float]], epochs: int, hardware: str) -> Any:
+    """Lesson 9's comparison: one bar per run (``rows``: name -> (start-up s, training loop s)), stacked."""
+    import matplotlib.pyplot as plt
+
+    if not rows:
+        raise ValueError("no runs to plot")
+    names = list(rows)
+    setup = [s for s, _ in rows.values()]
+    loops = [loop for _, loop in rows.values()]
+    fig, ax = plt.subplots(figsize=(7, 3.0))
+    ax.barh(names, setup, label="start-up (spawn, imports, setup)")
+    ax.barh(names, loops, left=setup, label="training loop")
+    ax.set_xlabel(f"wall time for {epochs} epochs (s)")
+    ax.set_ylabel("run (processes x torch threads)")
+    ax.set_title(f"Fitting the RNN on {hardware}", fontsize=10)
+    ax.legend(loc="lower right", fontsize=8)
+    fig.tight_layout()
+    return fig

@@ -15,6 +15,7 @@ import subprocess
 import sys
 import tempfile
 import sysconfig
+import textwrap
 import threading
 import time
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
@@ -234,11 +235,88 @@ def plot_speedups(rows: Sequence[Measurement], ax: Any = None, cores: int | None
         ax.plot(*zip(*points), "o-", label=kind)
     ax.axvline(cores, color="red", alpha=0.4, label=f"{cores} usable cores")
     ax.axhline(1, color="black", linewidth=0.5)
-    ax.set_xlabel("workers")
-    ax.set_ylabel("speedup over serial")
+    ax.set_xlabel("workers (threads, processes or tasks)")
+    ax.set_ylabel("speedup over serial (×)")
     ax.set_title(parallel[0].workload)
     ax.legend(fontsize=8)
     return ax
+
+
+# Lesson 1's CPU-bound workload at full size on a 16-core machine (gpucourse.reference, measured):
+# what a chart shows beside a run too small or too crowded to show the speedup.
+REFERENCE_SPEEDUP = "lesson01_count_primes_speedup"
+# The workloads whose point is that processes beat serial (hash_rounds and wait_io make theirs with threads).
+PROCESS_BOUND = ("count_primes",)
+
+
+def speedup_note(rows: Sequence[Measurement], smoke: bool = False) -> str | None:
+    """One sentence for a chart whose processes never beat serial, or None when they did.
+
+    Processes pay for starting the pool and for sending work; with tasks of a few milliseconds, or
+    with the cores busy elsewhere (a loaded laptop, a smoke run), that price is the whole run. The
+    sentence says so, and what the same workload does at full size on the course's reference machine.
+    """
+    processes = [r for r in rows if r.kind == "processes"]
+    if not processes or rows[0].workload not in PROCESS_BOUND or max(r.speedup for r in processes) > 1.0:
+        return None
+    serial = next((r for r in rows if r.kind == "serial"), None)
+    size = "smoke size" if smoke else "this size and this machine's load"
+    note = f"processes never beat serial at {size}"
+    if serial is not None:
+        note += f" ({serial.seconds:.2f} s of work in all): starting the pool costs more than it saves"
+    if rows[0].workload == "count_primes":
+        from gpucourse import reference
+
+        ref = reference.load()
+        values = ref.values(REFERENCE_SPEEDUP)
+        shown = ", ".join(f"{k.split()[-1][1:]} processes {v:.1f}×" for k, v in values.items()
+                          if k.startswith("processes") and k.split()[-1] in ("x2", "x8", "x16"))
+        cores = ref.data["device"].get("cpu_cores")
+        note += (f". A larger run (the course's bench: 32 tasks of count_primes(150,000)) on a {cores}-core CPU "
+                 f"({ref.short} host, {ref.data['date']}): {shown} faster than serial")
+    return note
+
+
+def plot_speedup_panels(panels: Sequence[Sequence[Measurement]], hardware: str, cores: int | None = None,
+                        smoke: bool = False) -> Any:
+    """Lesson 1's three speedup charts side by side, titled with the hardware; returns the Figure.
+
+    A panel whose processes never beat serial carries :func:`speedup_note` in the chart itself, so a
+    run too small to show the lesson's point says so instead of showing the opposite.
+    """
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 5.0), squeeze=False)
+    cores = cores or usable_cores()
+    for rows, ax in zip(panels, axes[0]):
+        plot_speedups(rows, ax=ax, cores=cores)
+        note = speedup_note(rows, smoke)
+        if note:
+            # under the axes, as a caption: inside, it would hide the lines or the legend
+            ax.text(0.0, -0.2, textwrap.fill(note, 62), transform=ax.transAxes, fontsize=8, va="top",
+                    bbox={"facecolor": "lightyellow", "alpha": 0.9, "edgecolor": "grey"})
+    fig.suptitle(f"Speedup over one worker, measured on {hardware} ({cores} usable cores"
+                 f"{', smoke size' if smoke else ''})")
+    fig.tight_layout()
+    return fig
+
+
+def plot_loader_throughput(items_per_second: dict[int, float], hardware: str, cores: int | None = None) -> Any:
+    """DataLoader items per second against ``num_workers`` (lesson 1), titled with the hardware."""
+    import matplotlib.pyplot as plt
+
+    if not items_per_second:
+        raise ValueError("no measurements to plot")
+    cores = cores or usable_cores()
+    fig, ax = plt.subplots(figsize=(6, 3.8))
+    ax.plot(list(items_per_second), list(items_per_second.values()), "o-")
+    ax.axvline(cores, color="red", alpha=0.4, label=f"{cores} usable cores")
+    ax.set_xlabel("num_workers (loader processes; 0 = in the main process)")
+    ax.set_ylabel("throughput (items / s)")
+    ax.set_title(f"DataLoader throughput on {hardware}", fontsize=10)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
 
 
 # --- DataLoader workers ------------------------------------------------------------------

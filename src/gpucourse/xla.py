@@ -237,3 +237,35 @@ def draw_tpu_topology(hosts: int = 4, chips_per_host: int = 4, cores_per_chip: i
     fig.suptitle("TPU: TensorCores, chips, hosts and a pod slice (numbers are one example)")
     fig.tight_layout()
     return fig
+
+
+def plot_recompilation(distinct: Sequence[int], runs: dict[str, Sequence[CompileRun]], n_batches: int,
+                       hardware: str) -> Any:
+    """Lesson 8's chart: graphs compiled and run time against the number of distinct lengths, one
+    line per padding recipe (``runs``: label -> one CompileRun per entry of ``distinct``). A recipe
+    with no runs yet (an exercise not answered) is left out and named under the title. Returns the Figure."""
+    import matplotlib.pyplot as plt
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.9))
+    missing = [label for label, found in runs.items() if not found]
+    for label, found in runs.items():
+        if found:
+            left.plot(distinct[:len(found)], [r.graphs for r in found], "o-", label=label)
+            right.plot(distinct[:len(found)], [r.seconds for r in found], "o-", label=label)
+    left.set_ylabel("graphs compiled (count)")
+    right.set_ylabel(f"wall time for {n_batches} batches (s)")
+    for ax in (left, right):
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(list(distinct), [str(k) for k in distinct])
+        ax.minorticks_off()
+        ax.set_xlabel("distinct sequence lengths in the data (count)")
+    left.set_title("recompilations (torch.compile, dynamic=False)", fontsize=10)
+    right.set_title("time, tracing included", fontsize=10)
+    if any(runs.values()):
+        left.legend(fontsize=8)
+    title = f"Padding and recompilation, measured on {hardware}"
+    if missing:
+        title += "\n(not measured yet: " + ", ".join(missing) + ")"
+    fig.suptitle(title, fontsize=11)
+    fig.tight_layout()
+    return fig

@@ -9,7 +9,8 @@ says yes is not plain data, so it never reaches a judge.
 Each exercise declares its *answers* (``Answer``: the name the grader reads and what it must hold)
 where it registers its cases; the exercise's text and stub in the notebook repeat that line, and an
 observer fetches an answer with ``answer(ns, name)``, so a missing or mistyped answer is reported as
-``define `choices` (a dict from ...)`` rather than as a ``KeyError``.
+``not answered yet: define `choices` (a dict from ...)`` rather than as a ``KeyError``; an answer that
+is still the released stub (it raises ``NotImplementedError``) reads the same way.
 
 In a notebook, ``check("parallel_map")`` runs an exercise's public cases right there (this is what
 the test cell under each exercise does, in JupyterLab and on Colab): it prints one ✓/✗ line per case
@@ -41,6 +42,8 @@ def _lesson_modules() -> tuple[str, ...]:
 LESSONS = _lesson_modules()  # one per assignment; each sets ASSIGNMENT and declares its exercises
 
 
+UNANSWERED = "not answered yet"  # how every check of a stub or a missing answer begins
+
 KINDS = {  # Answer.kind -> (test, what to call it in a message)
     "function": (callable, "a function"),
     "class": (callable, "a class"),
@@ -65,6 +68,9 @@ class Answer:
         return f"`{self.name}`: {self.describes}"
 
     def missing(self) -> str:
+        return f"{UNANSWERED}: {self.to_define()}"
+
+    def to_define(self) -> str:
         return f"define `{self.name}` ({self.describes})"
 
 
@@ -179,6 +185,39 @@ def answer_problem(ns: dict, name: str) -> str | None:
     return None
 
 
+def _exercise_of(case: Case) -> str | None:
+    return next((name for name, cases in PUBLIC.items() if any(c is case for c in cases)), None)
+
+
+def is_stub(value: Any) -> bool:
+    """Whether ``value`` is a function that can only raise NotImplementedError: a released stub.
+
+    Its code names ``NotImplementedError`` and has no way to return or yield, which is what nbgrader's
+    ``raise NotImplementedError()`` in place of the solution leaves.
+    """
+    import dis
+
+    code = getattr(value, "__code__", None)
+    if code is None or "NotImplementedError" not in code.co_names:
+        return False
+    return not any(i.opname.startswith(("RETURN", "YIELD")) for i in dis.get_instructions(code))
+
+
+def unanswered(case: Case, ns: dict | None = None) -> str | None:
+    """What a case says when its exercise is still the released stub: "not answered yet: define ...".
+
+    With ``ns``, only the answers still stubbed there are named (None when none is); without it, all.
+    """
+    answers = ANSWERS.get(_exercise_of(case) or "", ())
+    if ns is not None:
+        answers = tuple(a for a in answers if is_stub(ns.get(a.name)))
+        if not answers:
+            return None
+    if not answers:
+        return f"{UNANSWERED}: the stub still raises NotImplementedError; replace it with your answer"
+    return f"{UNANSWERED}: " + " and ".join(a.to_define() for a in answers)
+
+
 def answer(ns: dict, name: str) -> Any:
     """``ns[name]``, the student's answer; AnswerError saying what to define when it is missing or mistyped.
 
@@ -204,11 +243,21 @@ def as_data(value: Any) -> Any:
 
 
 def run_case(case: Case, namespace: dict) -> str | None:
-    """Observe and judge in this process; the failure message, or None."""
+    """Observe and judge in this process; the failure message, or None.
+
+    An exercise whose answer is still the released stub gets one line saying what to define, before
+    any of its code runs (an observer may catch the stub's NotImplementedError itself, and a
+    multi-process exercise would start processes just to find it).
+    """
+    stubbed = unanswered(case, namespace)
+    if stubbed:
+        return f"{case.name}: {stubbed}"
     try:
         data = as_data(case.observe(namespace))
     except AnswerError as error:
         return f"{case.name}: {error}"
+    except NotImplementedError:  # the released stub, not a crash: say what to write instead
+        return f"{case.name}: {unanswered(case)}"
     except Exception as error:  # the student's code raising is a failed case, not a crash
         return f"{case.name}: raised {type(error).__name__}: {error}"
     verdict = case.judge(data)
