@@ -489,6 +489,18 @@ def _machine_in_title(ax, title: str, hardware: str, note: str | None) -> None:
     ax.set_title(f"{title}\nmeasured on {hardware}" + (f"\n{note}" if note else ""), fontsize=9)
 
 
+def beside(mine: dict[str, float], reference: dict[str, float], **labels):
+    """``gpucourse.reference.plot_beside`` (this machine's numbers next to the GPU reference's, both
+    machines named) with the legend under the chart, where long machine names fit (lessons 4 and 5).
+    Returns the Figure."""
+    from gpucourse.reference import plot_beside
+
+    fig = plot_beside(mine, reference, **labels)
+    fig.set_size_inches(max(7.0, fig.get_size_inches()[0]), 4.6)
+    fig.axes[0].legend(loc="upper center", bbox_to_anchor=(0.5, -0.32), fontsize=8, title="hardware", title_fontsize=8)
+    return fig
+
+
 def memory_figure(rows: dict[int, dict[str, dict[str, int]]], image_size: int, hardware: str, note: str | None = None):
     """Lesson 4's memory chart: for each batch (``rows[batch] = {"float32": parts, "AMP ...": parts}``,
     parts from :func:`memory_at_backward`), one stacked bar per precision, every part in MiB.
@@ -526,12 +538,39 @@ def memory_figure(rows: dict[int, dict[str, dict[str, int]]], image_size: int, h
     return fig
 
 
-def recipe_speedups(timings: list[StepTiming]) -> dict[str, float]:
-    """Each recipe's speed over float32 (float32's ms / the recipe's ms) from one machine's timings."""
-    base = next((t.ms for t in timings if t.recipe == "float32"), None)
-    if base is None:
+def speedups(ms: dict[str, float]) -> dict[str, float]:
+    """Each recipe's speed over float32 (float32's ms / the recipe's ms), from one machine's ms per step."""
+    if "float32" not in ms:
         raise ValueError("the speed-ups are relative to float32: time the float32 recipe too")
-    return {t.recipe: base / t.ms for t in timings}
+    return {name: ms["float32"] / value for name, value in ms.items()}
+
+
+REFERENCE_RECIPES = {"fp32": "float32", "tf32": "TF32", "amp fp16": "AMP float16", "amp bf16": "AMP bfloat16",
+                     "amp bf16 channels_last": "AMP bfloat16 + channels_last",
+                     "amp fp16 channels_last": "AMP float16 + channels_last"}
+
+
+def reference_step_ms(reference, batch: int, image_size: int, what: str = "resnet18_step_ms") -> dict[str, float]:
+    """The GPU reference's ResNet-18 step (``what``: ms, or ``"resnet18_peak_mib"``) at one batch and
+    image size, under the recipe names lesson 4 uses (:func:`recipes`)."""
+    prefix = f"b{batch} {image_size}px "
+    found = {REFERENCE_RECIPES[label[len(prefix):]]: value for label, value in reference.values(what).items()
+             if label.startswith(prefix) and label[len(prefix):] in REFERENCE_RECIPES}
+    if not found:
+        raise KeyError(f"the {reference.short} reference has no ResNet-18 step at batch {batch}, {image_size}x{image_size}")
+    return found
+
+
+def reference_cuda_graph_ms(reference) -> dict[str, dict[str, float]]:
+    """The reference's eager and CUDA-graph ms per step, grouped for :func:`cuda_graph_figure`."""
+    grouped: dict[str, dict[str, float]] = {}
+    for label, value in reference.values("resnet18_cuda_graph_ms").items():
+        for mode in ("eager", "cuda graph"):
+            if label.endswith(" " + mode):
+                setting = label[: -len(mode) - 1].replace("fp32", "float32").replace("amp bf16", "AMP bfloat16")
+                grouped.setdefault(setting.replace(" channels_last", " + channels_last"), {})[
+                    "eager" if mode == "eager" else "CUDA graph"] = value
+    return grouped
 
 
 def step_time_figure(timings: list[StepTiming], note: str | None = None):

@@ -11,6 +11,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from gpucourse.amp import beside  # noqa: F401 - lesson 5 plots its numbers beside the reference's too
 from gpucourse.timing import seconds_per_call
 
 
@@ -24,8 +25,8 @@ def copy_gbps(megabytes: int = 256, pinned: bool = False, repeats: int = 10) -> 
 def host_copy_gbps(megabytes: int = 64, min_seconds: float = 0.2) -> float:
     """GB/s of a copy between two tensors in this machine's RAM: what a CPU-only machine can measure of
     lesson 5's copies (no GPU to copy to), for comparison with a GPU's host-to-device link."""
-    source = torch.empty(megabytes << 20, dtype=torch.uint8)
-    target = torch.empty_like(source)
+    source = torch.ones(megabytes << 20, dtype=torch.uint8)  # written once: its pages exist before the timing
+    target = torch.zeros_like(source)
     return source.numel() / seconds_per_call(lambda: target.copy_(source), min_seconds=min_seconds) / 1e9
 
 
@@ -130,6 +131,22 @@ def conv_seconds(channels_last: bool, batch: int = 16, channels: int = 64, size:
             conv(x)
 
     return seconds_per_call(forward, min_seconds=min_seconds)
+
+
+def layout_figure(ms: dict[str, float], hardware: str, setting: str):
+    """ms per 3x3 convolution in each memory format (lesson 5), ``ms = {"NCHW": ..., "NHWC": ...}``.
+    Returns the Figure."""
+    import matplotlib.pyplot as plt
+
+    if not ms:
+        raise ValueError("nothing to plot: no format was timed")
+    fig, ax = plt.subplots(figsize=(4.8, 3.4), layout="constrained")
+    bars = ax.bar(list(ms), list(ms.values()), color=["tab:gray", "tab:green"][:len(ms)])
+    ax.bar_label(bars, fmt="%.3g", fontsize=8)
+    ax.set_ylabel("time per 3x3 convolution (ms)")
+    ax.set_xlabel("memory format")
+    ax.set_title(f"Channels first vs channels last: {setting}\nmeasured on {hardware}", fontsize=9)
+    return fig
 
 
 def staging_figure():
