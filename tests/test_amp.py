@@ -318,9 +318,9 @@ def test_beside_names_both_machines_under_the_chart():
 
     fig = amp.beside({"float32": 1.0}, {"float32": 1.0, "TF32": 1.7}, title="speed", unit="x float32's speed",
                      mine_label="Test CPU, batch 4", reference_label="Test GPU, batch 128", note="a note")
-    ax = fig.axes[0]
-    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["Test CPU, batch 4", "Test GPU, batch 128"]
-    assert ax.get_legend().get_title().get_text() == "hardware"
+    ax, legend = fig.axes[0], fig.legends[0]
+    assert [t.get_text() for t in legend.get_texts()] == ["Test CPU, batch 4", "Test GPU, batch 128"]
+    assert legend.get_title().get_text() == "hardware" and ax.get_legend() is None
     assert "speed" in ax.get_title() and "a note" in ax.get_title() and ax.get_ylabel() == "x float32's speed"
     assert len(ax.patches) == 3
     plt.close(fig)

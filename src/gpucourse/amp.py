@@ -496,8 +496,11 @@ def beside(mine: dict[str, float], reference: dict[str, float], **labels):
     from gpucourse.reference import plot_beside
 
     fig = plot_beside(mine, reference, **labels)
-    fig.set_size_inches(max(7.0, fig.get_size_inches()[0]), 4.6)
-    fig.axes[0].legend(loc="upper center", bbox_to_anchor=(0.5, -0.32), fontsize=8, title="hardware", title_fontsize=8)
+    fig.set_size_inches(max(7.0, fig.get_size_inches()[0]), 4.8)
+    ax = fig.axes[0]
+    handles, names = ax.get_legend_handles_labels()
+    ax.get_legend().remove()
+    fig.legend(handles, names, loc="outside lower center", fontsize=8, title="hardware", title_fontsize=8)
     return fig
 
 
