@@ -10,6 +10,7 @@ import pytest
 import torch
 from torch import nn
 
+from conftest import needs_cuda
 from gpucourse import amp
 
 
@@ -91,16 +92,25 @@ def test_autocast_choice_follows_the_hardware(monkeypatch):
 
 
 def test_autocast_choice_on_a_gpu(monkeypatch):
+    """bfloat16 with no scaler wherever the GPU has it natively, float16 + GradScaler only where it is
+    absent or asked for; Tensor Cores (7.0+) decide whether float16 is worth it."""
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "Test GPU")
-    for capability, bf16, prefer, expected, native in [((8, 0), True, torch.float16, torch.float16, True),
+    asked = []
+    for capability, bf16, prefer, expected, native in [((9, 0), True, None, torch.bfloat16, True),
                                                        ((8, 0), True, torch.bfloat16, torch.bfloat16, True),
+                                                       ((8, 0), True, torch.float16, torch.float16, True),
+                                                       ((7, 5), False, None, torch.float16, True),
                                                        ((7, 0), False, torch.bfloat16, torch.float16, True),
-                                                       ((6, 1), False, torch.float16, torch.float16, False)]:
+                                                       ((6, 1), False, None, torch.float16, False)]:
         monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None, c=capability: c)
-        monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda including_emulation=True, b=bf16: b)
+        monkeypatch.setattr(torch.cuda, "is_bf16_supported",
+                            lambda including_emulation=True, b=bf16: asked.append(including_emulation) or b)
         choice = amp.autocast_choice("cuda", prefer=prefer)
         assert (choice.dtype, choice.native, choice.needs_scaler) == (expected, native, expected == torch.float16)
-        assert "Test GPU" in choice.reason
+        assert "Test GPU" in choice.reason and f"{capability[0]}.{capability[1]}" in choice.reason
+        assert ("GradScaler" in choice.reason) and (("no GradScaler" in choice.reason) == (expected == torch.bfloat16))
+    assert asked and not any(asked)  # emulated bfloat16 does not count as having it
+    assert amp.autocast_dtype("cuda") is None  # the last GPU: no Tensor Cores, autocast not worth it there
 
 
 def test_formats_and_autocast_table():
@@ -183,4 +193,134 @@ def test_real_float16_gradients_underflow_and_loss_scaling_keeps_them():
     assert len(fig.axes) == 3 and all(ax.get_title() and ax.get_ylabel() == "count" for ax in fig.axes)
     assert "log2" in fig.axes[-1].get_xlabel()
     assert any("-24" in t.get_text() for t in fig.axes[0].get_legend().get_texts())
+    plt.close(fig)
+
+
+def test_float32_precision_switches_tf32_and_restores():
+    matmul, conv = torch.backends.cuda.matmul, torch.backends.cudnn.conv
+    before = (matmul.fp32_precision, conv.fp32_precision, torch.backends.cudnn.benchmark)
+    with amp.float32_precision(True):
+        assert (matmul.fp32_precision, conv.fp32_precision) == ("tf32", "tf32")
+    with amp.float32_precision(False):
+        assert (matmul.fp32_precision, conv.fp32_precision) == ("ieee", "ieee")  # cuDNN's default is TF32
+    assert (matmul.fp32_precision, conv.fp32_precision, torch.backends.cudnn.benchmark) == before
+
+
+def test_recipes_and_a_timed_step_on_this_machine():
+    names = [r.name for r in amp.recipes(torch.bfloat16)]
+    assert names == ["float32", "TF32", "AMP bfloat16", "AMP bfloat16 + channels_last"]
+    assert amp.recipes(torch.float16)[3] == amp.Recipe("AMP float16 + channels_last", torch.float16, channels_last=True)
+    timing = amp.time_recipe(amp.Recipe("float32 + channels_last", channels_last=True), batch=2, image_size=32, steps=1)
+    assert timing.ms > 0 and timing.peak_mib is None and timing.batch == 2 and "CPU" in timing.hardware
+    with pytest.raises(ValueError, match="image_size"):
+        amp.time_recipe(amp.Recipe("float32"), batch=2, image_size=8)
+
+
+def test_cuda_graphs_refuse_without_cuda_or_with_a_scaler(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(RuntimeError, match="CUDA"):
+        amp.graphed_step_ms(amp.Recipe("float32"), batch=2)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    with pytest.raises(ValueError, match="GradScaler"):
+        amp.graphed_step_ms(amp.Recipe("AMP float16", torch.float16), batch=2)
+
+
+def test_memory_counts_every_part_and_finds_where_amp_saves():
+    model = nn.Sequential(nn.Conv2d(3, 16, 3, padding=1), nn.ReLU(), nn.Conv2d(16, 16, 3, padding=1), nn.ReLU(),
+                          nn.Flatten(), nn.Linear(16 * 8 * 8, 10))
+    weights = sum(p.numel() * 4 for p in model.parameters())
+    parts = {}
+    for batch in (1, 4, 64):
+        images = torch.randn(batch, 3, 8, 8)
+        parts[batch] = (amp.memory_at_backward(model, images, None), amp.memory_at_backward(model, images, torch.bfloat16))
+    full, low = parts[4]
+    assert set(full) == {"float32 weights", "optimizer state", "float32 gradients", "16-bit weight copies", "activations"}
+    assert full["float32 weights"] == full["optimizer state"] == full["float32 gradients"] == low["float32 gradients"] == weights
+    assert full["16-bit weight copies"] == 0 and 0 < low["16-bit weight copies"] <= weights // 2
+    assert low["activations"] < full["activations"]
+    assert amp.memory_at_backward(model, torch.randn(1, 3, 8, 8), None, optimizer_states=2)["optimizer state"] == 2 * weights
+    crossover = amp.amp_saves_memory_from((1, *parts[1]), (4, *parts[4]))
+    total = {b: (sum(f.values()), sum(a.values())) for b, (f, a) in parts.items()}
+    assert crossover is not None and 1 < crossover
+    # the prediction from batches 1 and 4 holds where it was not measured: at 64, above the crossover, AMP holds less
+    assert (total[64][1] < total[64][0]) == (64 >= crossover)
+    # and below it AMP holds more (the weight copies outweigh the activations it saves)
+    assert total[1][1] > total[1][0]
+    with pytest.raises(ValueError):
+        amp.amp_saves_memory_from((4, *parts[4]), (1, *parts[1]))
+
+
+def test_lesson4_figures_have_titles_units_and_hardware():
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from gpucourse import reference
+
+    ref = reference.load("h100")
+    timings = [amp.StepTiming("float32", 8, 32, 20.0, None, "Test CPU"), amp.StepTiming("AMP bfloat16", 8, 32, 10.0, 300.0, "Test CPU")]
+    fig = amp.step_time_figure(timings, note="a note")
+    ax = fig.axes[0]
+    assert "Test CPU" in ax.get_title() and "batch 8" in ax.get_title() and "32x32" in ax.get_title() and "a note" in ax.get_title()
+    assert "(ms)" in ax.get_ylabel() and ax.get_xlabel()
+    assert any("300 MiB" in t.get_text() for t in ax.texts)
+    plt.close(fig)
+
+    graphs = amp.reference_cuda_graph_ms(ref)
+    assert graphs["b512 32px float32"] == {"eager": 11.39, "CUDA graph": 3.99}
+    fig = amp.cuda_graph_figure(graphs, ref.label())
+    ax = fig.axes[0]
+    assert "H100" in ax.get_title() and "(ms)" in ax.get_ylabel() and ax.get_xlabel()
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["eager", "CUDA graph"]
+    assert len(ax.patches) == 2 * len(graphs)
+    plt.close(fig)
+
+    model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.Flatten(), nn.Linear(4 * 6 * 6, 2))
+    rows = {b: {"float32": amp.memory_at_backward(model, torch.randn(b, 3, 8, 8), None),
+                "AMP bfloat16": amp.memory_at_backward(model, torch.randn(b, 3, 8, 8), torch.bfloat16)} for b in (1, 2)}
+    fig = amp.memory_figure(rows, 8, "Test CPU")
+    ax = fig.axes[0]
+    assert "Test CPU" in ax.get_title() and "(MiB)" in ax.get_ylabel() and "8x8" in ax.get_xlabel()
+    assert {t.get_text() for t in ax.get_legend().get_texts()} == set(rows[1]["float32"])
+    assert len(ax.patches) == 2 * 2 * 5  # batches x precisions x parts
+    plt.close(fig)
+    with pytest.raises(ValueError):
+        amp.memory_figure({}, 8, "Test CPU")
+
+
+def test_reference_steps_under_the_lessons_recipe_names():
+    from gpucourse import reference
+
+    ref = reference.load("h100")
+    ms = amp.reference_step_ms(ref, 128, 224)
+    assert ms["float32"] == 46.97 and ms["AMP float16 + channels_last"] == 13.12 and ms["TF32"] == 28.03
+    fast = amp.speedups(ms)
+    assert fast["float32"] == 1.0 and fast["AMP float16 + channels_last"] >= 3  # what the lesson says the H100 shows
+    assert amp.reference_step_ms(ref, 128, 224, "resnet18_peak_mib")["AMP bfloat16"] == 3013
+    with pytest.raises(KeyError):
+        amp.reference_step_ms(ref, 64, 224)
+    with pytest.raises(ValueError, match="float32"):
+        amp.speedups({"TF32": 1.0})
+
+
+@needs_cuda("CUDA graphs and peak memory need a CUDA GPU")
+def test_recipes_and_graphs_on_a_gpu():
+    timing = amp.time_recipe(amp.recipes(torch.bfloat16)[3], batch=4, image_size=32, device="cuda", steps=1)
+    assert timing.ms > 0 and timing.peak_mib > 0
+    ms = amp.graphed_step_ms(amp.Recipe("float32"), batch=4, replays=2)
+    assert ms["eager"] > 0 and ms["CUDA graph"] > 0
+
+
+def test_beside_names_both_machines_under_the_chart():
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig = amp.beside({"float32": 1.0}, {"float32": 1.0, "TF32": 1.7}, title="speed", unit="x float32's speed",
+                     mine_label="Test CPU, batch 4", reference_label="Test GPU, batch 128", note="a note")
+    ax, legend = fig.axes[0], fig.legends[0]
+    assert [t.get_text() for t in legend.get_texts()] == ["Test CPU, batch 4", "Test GPU, batch 128"]
+    assert legend.get_title().get_text() == "hardware" and ax.get_legend() is None
+    assert "speed" in ax.get_title() and "a note" in ax.get_title() and ax.get_ylabel() == "x float32's speed"
+    assert len(ax.patches) == 3
     plt.close(fig)

@@ -14,6 +14,7 @@ import hashlib
 import json
 import os
 import pickle
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -237,27 +238,34 @@ def cpu_has_native_bfloat16() -> bool:
     return any(bool(probe()) for probe in probes if probe is not None)
 
 
-def autocast_choice(device: torch.device | str, prefer: torch.dtype = torch.float16) -> AutocastChoice:
+def autocast_choice(device: torch.device | str, prefer: torch.dtype | None = None) -> AutocastChoice:
     """The autocast dtype for ``device`` on this hardware, and whether it is worth using.
 
-    CUDA: float16 with a GradScaler (``prefer=torch.bfloat16`` picks bfloat16 where the GPU has it
-    natively, Ampere and newer); MPS: float16. CPU: bfloat16, native only with AVX-512 BF16 or AMX; on
-    other CPUs every bfloat16 operation is emulated, so autocast is slower than float32 there and worth
-    running only at a demonstration size.
+    CUDA: bfloat16 wherever the GPU computes it natively (``torch.cuda.is_bf16_supported``: Ampere,
+    compute capability 8.0, and newer), with no GradScaler: it has float32's range, so gradients do not
+    underflow, and on those GPUs it runs on the same Tensor Cores as float16. float16 with a GradScaler
+    only where bfloat16 is absent (Volta, Turing), or when asked for (``prefer=torch.float16``).
+    MPS: float16. CPU: bfloat16, native only with AVX-512 BF16 or AMX; on other CPUs every bfloat16
+    operation is emulated, so autocast is slower than float32 there and worth running only at a
+    demonstration size.
     """
     device = torch.device(device)
     if device.type == "cuda":
         name = torch.cuda.get_device_name(device)
         major, minor = torch.cuda.get_device_capability(device)
+        where = f"{name} (compute capability {major}.{minor})"
         bf16 = torch.cuda.is_bf16_supported(including_emulation=False)
-        if prefer == torch.bfloat16 and bf16:
+        if bf16 and prefer != torch.float16:
             return AutocastChoice("cuda", torch.bfloat16, True,
-                                  f"autocast to bfloat16 on {name} (compute capability {major}.{minor}): native, no GradScaler needed.")
+                                  f"autocast to bfloat16 on {where}: native on its Tensor Cores, float32's range, "
+                                  "so no GradScaler is needed.")
         tensor_cores = major >= 7
+        why = ("float16 as asked; bfloat16 is native here too and would need no scaler" if bf16 else
+               "no native bfloat16 on this GPU (it starts at compute capability 8.0)")
         return AutocastChoice("cuda", torch.float16, tensor_cores,
-                              f"autocast to float16 with a GradScaler on {name} (compute capability {major}.{minor}): "
-                              + ("Tensor Cores run it" if tensor_cores else "no Tensor Cores (they start at 7.0), so expect little speed-up")
-                              + ("; bfloat16 is native here too." if bf16 else "; no native bfloat16 on this GPU."))
+                              f"autocast to float16 with a GradScaler on {where}: {why}; "
+                              + ("Tensor Cores run float16." if tensor_cores else
+                                 "no Tensor Cores either (they start at 7.0), so expect little speed-up."))
     if device.type == "mps":
         return AutocastChoice("mps", torch.float16, True, "autocast to float16 on the Apple GPU (MPS).")
     if device.type == "cpu":
@@ -270,7 +278,7 @@ def autocast_choice(device: torch.device | str, prefer: torch.dtype = torch.floa
     return AutocastChoice(device.type, torch.float32, False, f"no autocast on {device.type}: float32.")
 
 
-def autocast_dtype(device: torch.device | str, prefer: torch.dtype = torch.float16) -> torch.dtype | None:
+def autocast_dtype(device: torch.device | str, prefer: torch.dtype | None = None) -> torch.dtype | None:
     """The dtype to autocast to on ``device``, or None where autocast would be slower than float32."""
     choice = autocast_choice(device, prefer)
     return choice.dtype if choice.native else None
@@ -295,6 +303,321 @@ def train_step_seconds(model: nn.Module, images: torch.Tensor, labels: torch.Ten
         scaler.update()
 
     return seconds_per_call(step, calls=steps)
+
+
+@contextmanager
+def float32_precision(tf32: bool):
+    """Run float32 matrix products and convolutions in TF32 (``tf32=True``) or in full float32 ("ieee"),
+    then restore the previous settings (lesson 4). Today's switches are
+    ``torch.backends.cuda.matmul.fp32_precision`` and ``torch.backends.cudnn.conv.fp32_precision``;
+    ``allow_tf32`` is their deprecated spelling. cuDNN convolutions default to TF32, so a float32
+    baseline has to ask for "ieee" explicitly. No effect on a CPU."""
+    matmul, conv = torch.backends.cuda.matmul, torch.backends.cudnn.conv
+    before = (matmul.fp32_precision, conv.fp32_precision, torch.backends.cudnn.benchmark)
+    matmul.fp32_precision = conv.fp32_precision = "tf32" if tf32 else "ieee"
+    torch.backends.cudnn.benchmark = True  # cuDNN picks its fastest kernel per shape, as training code does
+    try:
+        yield
+    finally:
+        matmul.fp32_precision, conv.fp32_precision, torch.backends.cudnn.benchmark = before
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """One way to run lesson 4's training step: TF32 for float32 work, autocast to a 16-bit dtype, and
+    the channels-last memory format (lesson 5)."""
+
+    name: str
+    amp_dtype: torch.dtype | None = None
+    tf32: bool = False
+    channels_last: bool = False
+
+
+def recipes(amp_dtype: torch.dtype) -> list[Recipe]:
+    """Lesson 4's four recipes with autocast to ``amp_dtype``: float32, TF32, AMP, AMP + channels_last."""
+    short = str(amp_dtype).removeprefix("torch.")
+    return [Recipe("float32"), Recipe("TF32", tf32=True), Recipe(f"AMP {short}", amp_dtype),
+            Recipe(f"AMP {short} + channels_last", amp_dtype, channels_last=True)]
+
+
+@dataclass(frozen=True)
+class StepTiming:
+    """What :func:`time_recipe` measured: ms per training step and, on CUDA, the step's peak memory."""
+
+    recipe: str
+    batch: int
+    image_size: int
+    ms: float
+    peak_mib: float | None
+    hardware: str
+
+
+def _resnet_step(recipe: Recipe, batch: int, image_size: int, device: torch.device | str, seed: int = 0):
+    """A torchvision ResNet-18 (10 classes), SGD with momentum, a random batch, and one training step
+    under ``recipe``: the model the lesson measures. Returns ``(step, model, optimizer)``."""
+    import torchvision
+
+    device = torch.device(device)
+    torch.manual_seed(seed)
+    fmt = torch.channels_last if recipe.channels_last else torch.contiguous_format
+    model = torchvision.models.resnet18(num_classes=10).to(device=device, memory_format=fmt)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    images = torch.randn(batch, 3, image_size, image_size, device=device).to(memory_format=fmt)
+    labels = torch.randint(0, 10, (batch,), device=device)
+    scaler = torch.amp.GradScaler(device.type, enabled=recipe.amp_dtype == torch.float16)
+
+    def step() -> torch.Tensor:
+        optimizer.zero_grad(set_to_none=True)
+        with torch.autocast(device.type, dtype=recipe.amp_dtype or torch.float32, enabled=recipe.amp_dtype is not None):
+            loss = nn.functional.cross_entropy(model(images), labels)
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+        return loss
+
+    return step, model, optimizer
+
+
+def time_recipe(recipe: Recipe, batch: int, image_size: int, device: torch.device | str = "cpu",
+                steps: int = 5) -> StepTiming:
+    """Time ResNet-18's training step under ``recipe`` (lesson 4): the mean of ``steps`` steps after two
+    warm-up steps (``torch.utils.benchmark``, which waits for the GPU), and on CUDA the peak memory
+    (``torch.cuda.max_memory_allocated``: weights, optimizer state, activations, gradients, workspaces)."""
+    from gpucourse.reference import this_machine
+    from gpucourse.timing import seconds_per_call
+
+    if batch < 1 or image_size < 32 or steps < 1:
+        raise ValueError(f"batch ({batch}) and steps ({steps}) must be at least 1, image_size ({image_size}) at least 32")
+    device = torch.device(device)
+    cuda = device.type == "cuda"
+    with float32_precision(recipe.tf32):
+        step, _, _ = _resnet_step(recipe, batch, image_size, device)
+        step()
+        if cuda:
+            torch.cuda.synchronize(device)
+            torch.cuda.reset_peak_memory_stats(device)
+        seconds = seconds_per_call(step, calls=steps)
+        peak = torch.cuda.max_memory_allocated(device) / 2**20 if cuda else None
+    return StepTiming(recipe.name, batch, image_size, 1000 * seconds, peak, this_machine(device))
+
+
+def graphed_step_ms(recipe: Recipe, batch: int, image_size: int = 32, replays: int = 20) -> dict[str, float]:
+    """ms per training step of ResNet-18 run eagerly and as one CUDA graph (lesson 4, needs CUDA).
+
+    The whole step (forward, backward, optimizer) is captured once with ``torch.cuda.graph`` and
+    replayed: one launch instead of hundreds, and no Python per operation. Capture needs static
+    shapes and tensors (the batch is overwritten in place between replays), warm-up on a side stream,
+    gradients kept allocated (``zero_grad(set_to_none=False)``) and autocast's weight cache off
+    (``cache_enabled=False``). No GradScaler inside the graph: use bfloat16 or float32 here.
+    Returns ``{"eager": ms, "CUDA graph": ms}``.
+    """
+    from gpucourse.timing import seconds_per_call
+
+    if not torch.cuda.is_available():
+        raise RuntimeError("CUDA graphs need a CUDA GPU; this machine has none")
+    if recipe.amp_dtype == torch.float16:
+        raise ValueError("a GradScaler's skipped steps cannot be captured in a graph: use bfloat16 or float32")
+    import torchvision
+
+    with float32_precision(recipe.tf32):
+        torch.manual_seed(0)
+        fmt = torch.channels_last if recipe.channels_last else torch.contiguous_format
+        model = torchvision.models.resnet18(num_classes=10).to(device="cuda", memory_format=fmt)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+        images = torch.randn(batch, 3, image_size, image_size, device="cuda").to(memory_format=fmt)
+        labels = torch.randint(0, 10, (batch,), device="cuda")
+
+        def step() -> torch.Tensor:
+            optimizer.zero_grad(set_to_none=False)
+            with torch.autocast("cuda", dtype=recipe.amp_dtype or torch.float32, enabled=recipe.amp_dtype is not None,
+                                cache_enabled=False):
+                loss = nn.functional.cross_entropy(model(images), labels)
+            loss.backward()
+            optimizer.step()
+            return loss
+
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):  # warm-up off the default stream, as capture requires
+            for _ in range(3):
+                step()
+        torch.cuda.current_stream().wait_stream(side)
+        eager = seconds_per_call(step, calls=replays)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            step()
+        replayed = seconds_per_call(graph.replay, calls=replays)
+    return {"eager": 1000 * eager, "CUDA graph": 1000 * replayed}
+
+
+def memory_at_backward(model: nn.Module, inputs: torch.Tensor, amp_dtype: torch.dtype | None,
+                       optimizer_states: int = 1) -> dict[str, int]:
+    """Bytes alive when the backward pass of one training step begins, by what holds them (lesson 4).
+
+    Counted from the parameters: the float32 weights and the optimizer's state (``optimizer_states``
+    float32 tensors per weight: 1 for SGD with momentum, 2 for Adam). Measured by
+    :func:`saved_activation_bytes`: the activations saved for backward and, under autocast, the 16-bit
+    copies of the weights that autocast's cast cache made and backward needs. Also counted: the float32
+    gradients backward writes (the same with and without autocast; with ``zero_grad(set_to_none=True)``
+    they exist from the backward pass on, not during the forward pass).
+    """
+    weights = sum(p.numel() * p.element_size() for p in model.parameters())
+    saved = saved_activation_bytes(model, inputs, amp_dtype)
+    return {"float32 weights": weights, "optimizer state": optimizer_states * weights,
+            "float32 gradients": weights, "16-bit weight copies": saved["weight_copies"],
+            "activations": saved["activations"]}
+
+
+def amp_saves_memory_from(small: tuple[int, dict, dict], large: tuple[int, dict, dict]) -> int | None:
+    """The smallest batch at which autocast holds fewer bytes than float32, from two measurements
+    ``(batch, float32 bytes, autocast bytes)`` (:func:`memory_at_backward`) at two batch sizes of the
+    same images: each part grows linearly with the batch (activations) or not at all (the rest), so
+    the two give the bytes per image and the fixed bytes of each. None: autocast never holds less."""
+    (b1, f1, a1), (b2, f2, a2) = small, large
+    if b2 <= b1:
+        raise ValueError("the second measurement needs the larger batch")
+    per_image = ((sum(f2.values()) - sum(f1.values())) - (sum(a2.values()) - sum(a1.values()))) / (b2 - b1)
+    extra = (sum(a1.values()) - sum(f1.values())) + per_image * b1  # what autocast adds at batch 0
+    if extra < 0:
+        return 1
+    if per_image <= 0:
+        return None
+    return int(extra // per_image) + 1
+
+
+def _machine_in_title(ax, title: str, hardware: str, note: str | None) -> None:
+    ax.set_title(f"{title}\nmeasured on {hardware}" + (f"\n{note}" if note else ""), fontsize=9)
+
+
+def beside(mine: dict[str, float], reference: dict[str, float], **labels):
+    """``gpucourse.reference.plot_beside`` (this machine's numbers next to the GPU reference's, both
+    machines named) with the legend under the chart, where long machine names fit (lessons 4 and 5).
+    Returns the Figure."""
+    from gpucourse.reference import plot_beside
+
+    fig = plot_beside(mine, reference, **labels)
+    fig.set_size_inches(max(7.0, fig.get_size_inches()[0]), 4.8)
+    ax = fig.axes[0]
+    handles, names = ax.get_legend_handles_labels()
+    ax.get_legend().remove()
+    fig.legend(handles, names, loc="outside lower center", fontsize=8, title="hardware", title_fontsize=8)
+    return fig
+
+
+def memory_figure(rows: dict[int, dict[str, dict[str, int]]], image_size: int, hardware: str, note: str | None = None):
+    """Lesson 4's memory chart: for each batch (``rows[batch] = {"float32": parts, "AMP ...": parts}``,
+    parts from :func:`memory_at_backward`), one stacked bar per precision, every part in MiB.
+    Returns the Figure."""
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    if not rows:
+        raise ValueError("nothing to plot: no batch was measured")
+    batches = sorted(rows)
+    variants = list(rows[batches[0]])
+    parts = list(rows[batches[0]][variants[0]])
+    colours = dict(zip(parts, ["#9fc5e8", "#b4a7d6", "#ffe599", "#e06666", "#93c47d"]))
+    fig, ax = plt.subplots(figsize=(max(6.5, 1.6 * len(batches) + 2), 4.2), layout="constrained")
+    width = 0.8 / len(variants)
+    x = np.arange(len(batches))
+    for i, variant in enumerate(variants):
+        bottom = np.zeros(len(batches))
+        offset = (i - (len(variants) - 1) / 2) * width
+        for part in parts:
+            mib = np.array([rows[b][variant][part] / 2**20 for b in batches])
+            ax.bar(x + offset, mib, width * 0.95, bottom=bottom, color=colours[part], edgecolor="white",
+                   hatch="//" if i else None, label=part if i == 0 else None)
+            bottom += mib
+        for xi, total in zip(x + offset, bottom):
+            ax.text(xi, total, f"{variant}\n{total:.0f}", ha="center", va="bottom", fontsize=6.5)
+    ax.set_xticks(x, [str(b) for b in batches])
+    ax.set_xlabel(f"batch size (images of {image_size}x{image_size})")
+    ax.set_ylabel("memory when backward begins (MiB)")
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), title="held by (hatched: autocast)",
+              title_fontsize=7)
+    ax.margins(y=0.15)
+    _machine_in_title(ax, f"ResNet-18 training step: float32 vs autocast, {image_size}x{image_size} images",
+                      hardware, note)
+    return fig
+
+
+def speedups(ms: dict[str, float]) -> dict[str, float]:
+    """Each recipe's speed over float32 (float32's ms / the recipe's ms), from one machine's ms per step."""
+    if "float32" not in ms:
+        raise ValueError("the speed-ups are relative to float32: time the float32 recipe too")
+    return {name: ms["float32"] / value for name, value in ms.items()}
+
+
+REFERENCE_RECIPES = {"fp32": "float32", "tf32": "TF32", "amp fp16": "AMP float16", "amp bf16": "AMP bfloat16",
+                     "amp bf16 channels_last": "AMP bfloat16 + channels_last",
+                     "amp fp16 channels_last": "AMP float16 + channels_last"}
+
+
+def reference_step_ms(reference, batch: int, image_size: int, what: str = "resnet18_step_ms") -> dict[str, float]:
+    """The GPU reference's ResNet-18 step (``what``: ms, or ``"resnet18_peak_mib"``) at one batch and
+    image size, under the recipe names lesson 4 uses (:func:`recipes`)."""
+    prefix = f"b{batch} {image_size}px "
+    found = {REFERENCE_RECIPES[label[len(prefix):]]: value for label, value in reference.values(what).items()
+             if label.startswith(prefix) and label[len(prefix):] in REFERENCE_RECIPES}
+    if not found:
+        raise KeyError(f"the {reference.short} reference has no ResNet-18 step at batch {batch}, {image_size}x{image_size}")
+    return found
+
+
+def reference_cuda_graph_ms(reference) -> dict[str, dict[str, float]]:
+    """The reference's eager and CUDA-graph ms per step, grouped for :func:`cuda_graph_figure`."""
+    grouped: dict[str, dict[str, float]] = {}
+    for label, value in reference.values("resnet18_cuda_graph_ms").items():
+        for mode in ("eager", "cuda graph"):
+            if label.endswith(" " + mode):
+                setting = label[: -len(mode) - 1].replace("fp32", "float32").replace("amp bf16", "AMP bfloat16")
+                grouped.setdefault(setting.replace(" channels_last", " + channels_last"), {})[
+                    "eager" if mode == "eager" else "CUDA graph"] = value
+    return grouped
+
+
+def step_time_figure(timings: list[StepTiming], note: str | None = None):
+    """ms per training step of each recipe on one machine (lesson 4), the peak memory written above each
+    bar where it was measured (CUDA). Returns the Figure."""
+    import matplotlib.pyplot as plt
+
+    if not timings:
+        raise ValueError("nothing to plot: no recipe was timed")
+    fig, ax = plt.subplots(figsize=(max(5.5, 1.5 * len(timings) + 1), 3.8), layout="constrained")
+    bars = ax.bar([t.recipe for t in timings], [t.ms for t in timings], color="tab:blue")
+    ax.bar_label(bars, labels=[f"{t.ms:.3g} ms" + (f"\n{t.peak_mib:.0f} MiB peak" if t.peak_mib else "") for t in timings],
+                 fontsize=7)
+    ax.set_ylabel("time per training step (ms)")
+    ax.set_xlabel("recipe")
+    ax.tick_params(axis="x", labelsize=8, rotation=15)
+    ax.margins(y=0.2)
+    first = timings[0]
+    _machine_in_title(ax, f"ResNet-18 training step, batch {first.batch} of {first.image_size}x{first.image_size} images",
+                      first.hardware, note)
+    return fig
+
+
+def cuda_graph_figure(ms: dict[str, dict[str, float]], hardware: str, note: str | None = None):
+    """Eager vs CUDA-graph ms per step, one pair of bars per setting (``ms[setting] = {"eager": ...,
+    "CUDA graph": ...}``; lesson 4's launch-bound step). Returns the Figure."""
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    if not ms:
+        raise ValueError("nothing to plot: no setting was measured")
+    settings = list(ms)
+    x = np.arange(len(settings))
+    fig, ax = plt.subplots(figsize=(max(6.0, 1.5 * len(settings) + 2), 3.8), layout="constrained")
+    for offset, mode, colour in ((-0.2, "eager", "tab:gray"), (0.2, "CUDA graph", "tab:green")):
+        bars = ax.bar(x + offset, [ms[s][mode] for s in settings], 0.38, label=mode, color=colour)
+        ax.bar_label(bars, fmt="%.3g", fontsize=7)
+    ax.set_xticks(x, settings, fontsize=8, rotation=10)
+    ax.set_xlabel("setting (batch, image size, recipe)")
+    ax.set_ylabel("time per training step (ms)")
+    ax.legend(fontsize=8, title="how the step is launched", title_fontsize=8)
+    _machine_in_title(ax, "ResNet-18 training step: one launch per operation (eager) vs one CUDA graph",
+                      hardware, note)
+    return fig
 
 
 FLOAT16_SMALLEST_SUBNORMAL = 2.0 ** -24  # the smallest positive float16; below half of it, a value rounds to 0

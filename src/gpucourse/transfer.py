@@ -11,6 +11,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from gpucourse.amp import beside  # noqa: F401 - lesson 5 plots its numbers beside the reference's too
 from gpucourse.timing import seconds_per_call
 
 
@@ -21,25 +22,94 @@ def copy_gbps(megabytes: int = 256, pinned: bool = False, repeats: int = 10) -> 
     return host.numel() / seconds_per_call(lambda: device.copy_(host, non_blocking=pinned), calls=repeats) / 1e9
 
 
-def overlap_seconds(batches: int = 8, megabytes: int = 64, size: int = 2048, pinned: bool = True) -> float:
-    """Seconds to copy ``batches`` host buffers to the GPU while multiplying matrices (needs CUDA).
+def host_copy_gbps(megabytes: int = 64, min_seconds: float = 0.2) -> float:
+    """GB/s of a copy between two tensors in this machine's RAM: what a CPU-only machine can measure of
+    lesson 5's copies (no GPU to copy to), for comparison with a GPU's host-to-device link."""
+    source = torch.ones(megabytes << 20, dtype=torch.uint8)  # written once: its pages exist before the timing
+    target = torch.zeros_like(source)
+    return source.numel() / seconds_per_call(lambda: target.copy_(source), min_seconds=min_seconds) / 1e9
 
-    Copies go on a side stream; with pinned memory they overlap the matrix products on the default
-    stream, with pageable memory they cannot.
+
+def overlap_ms(megabytes: int = 64, batches: int = 8, size: int = 2048, matmuls: int | None = None,
+               calls: int = 5) -> dict[str, float]:
+    """Copies to the GPU overlapping with compute, or not (lesson 5, needs CUDA); ms per pipeline.
+
+    Each of ``batches`` batches is one host-to-GPU copy of ``megabytes`` from pinned memory and
+    ``matmuls`` float32 matrix products of ``size``; ``matmuls=None`` picks the number whose time is
+    closest to one copy's, measured first on this GPU: overlap can only hide the shorter of the two,
+    so it shows where they are comparable. Measured: the copies alone, the compute alone, both on one
+    stream (they run one after the other), and the copies on a side stream (they can run during the
+    products). Returns those four times in ms, and ``matmuls`` per copy.
     """
-    hosts = [torch.empty(megabytes << 20, dtype=torch.uint8, pin_memory=pinned) for _ in range(batches)]
-    first = torch.randn(size, size, device="cuda")
-    copy_stream = torch.cuda.Stream()
+    if not torch.cuda.is_available():
+        raise RuntimeError("host-to-GPU copies need a CUDA GPU; this machine has none")
+    hosts = [torch.empty(megabytes << 20, dtype=torch.uint8, pin_memory=True) for _ in range(batches)]
+    targets = [torch.empty_like(host, device="cuda") for host in hosts]  # allocated once: no allocator in the timing
+    a = torch.randn(size, size, device="cuda")
+    side = torch.cuda.Stream()
+    if matmuls is None:
+        copy = seconds_per_call(lambda: targets[0].copy_(hosts[0], non_blocking=True), min_seconds=0.1)
+        product = seconds_per_call(lambda: a @ a, min_seconds=0.1)
+        matmuls = max(1, round(copy / product))
 
-    def pipeline() -> None:
-        a = first
-        for host in hosts:
-            with torch.cuda.stream(copy_stream):
-                host.to("cuda", non_blocking=pinned)
-            a = a @ a
-            a = a / a.norm()
+    def copies() -> None:
+        for host, target in zip(hosts, targets):
+            target.copy_(host, non_blocking=True)
 
-    return seconds_per_call(pipeline, calls=1)
+    def compute() -> None:
+        for _ in range(batches * matmuls):
+            a @ a
+
+    def one_stream() -> None:
+        for host, target in zip(hosts, targets):
+            target.copy_(host, non_blocking=True)
+            for _ in range(matmuls):
+                a @ a
+
+    def side_stream() -> None:
+        side.wait_stream(torch.cuda.current_stream())
+        for host, target in zip(hosts, targets):
+            with torch.cuda.stream(side):
+                target.copy_(host, non_blocking=True)
+            for _ in range(matmuls):
+                a @ a
+        torch.cuda.current_stream().wait_stream(side)  # whoever reads the batches waits for their copies
+
+    timed = {name: 1000 * seconds_per_call(fn, calls=calls) for name, fn in
+             (("copies alone", copies), ("compute alone", compute), ("one stream", one_stream), ("side stream", side_stream))}
+    return {**timed, "matmuls per copy": matmuls}
+
+
+def overlap_figure(ms: dict[str, float], hardware: str, setting: str, note: str | None = None):
+    """Lesson 5's overlap chart: the copies alone, the compute alone, both on one stream and with the
+    copies on a side stream, ms per pipeline (``ms`` from :func:`overlap_ms`). Returns the Figure."""
+    import matplotlib.pyplot as plt
+
+    names = [n for n in ("copies alone", "compute alone", "one stream", "side stream") if n in ms]
+    if not names:
+        raise ValueError("nothing to plot: no time was measured")
+    fig, ax = plt.subplots(figsize=(6.5, 3.8), layout="constrained")
+    bars = ax.bar(names, [ms[n] for n in names], color=["tab:orange", "tab:purple", "tab:gray", "tab:green"][:len(names)])
+    ax.bar_label(bars, fmt="%.3g", fontsize=8)
+    ax.set_ylabel("time per pipeline (ms)")
+    ax.set_xlabel("what ran (copies: pinned host memory to the GPU)")
+    ax.set_title(f"Copies overlapping compute: {setting}\nmeasured on {hardware}" + (f"\n{note}" if note else ""), fontsize=9)
+    return fig
+
+
+def bandwidth_figure(megabytes: list[int], gbps: dict[str, list[float]], hardware: str):
+    """Host-to-GPU bandwidth by copy size, one line per kind of host memory (lesson 5). Returns the Figure."""
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(5.5, 3.6), layout="constrained")
+    for label, rates in gbps.items():
+        ax.plot(megabytes, rates, "o-", label=label)
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("MB per copy")
+    ax.set_ylabel("host → GPU bandwidth (GB/s)")
+    ax.legend(fontsize=8, title="host memory", title_fontsize=8)
+    ax.set_title(f"Host-to-GPU copies, pageable vs pinned\nmeasured on {hardware}", fontsize=9)
+    return fig
 
 
 def describe_layout(t: torch.Tensor) -> str:
@@ -61,6 +131,22 @@ def conv_seconds(channels_last: bool, batch: int = 16, channels: int = 64, size:
             conv(x)
 
     return seconds_per_call(forward, min_seconds=min_seconds)
+
+
+def layout_figure(ms: dict[str, float], hardware: str, setting: str):
+    """ms per 3x3 convolution in each memory format (lesson 5), ``ms = {"NCHW": ..., "NHWC": ...}``.
+    Returns the Figure."""
+    import matplotlib.pyplot as plt
+
+    if not ms:
+        raise ValueError("nothing to plot: no format was timed")
+    fig, ax = plt.subplots(figsize=(4.8, 3.4), layout="constrained")
+    bars = ax.bar(list(ms), list(ms.values()), color=["tab:gray", "tab:green"][:len(ms)])
+    ax.bar_label(bars, fmt="%.3g", fontsize=8)
+    ax.set_ylabel("time per 3x3 convolution (ms)")
+    ax.set_xlabel("memory format")
+    ax.set_title(f"Channels first vs channels last: {setting}\nmeasured on {hardware}", fontsize=9)
+    return fig
 
 
 def staging_figure():
