@@ -446,3 +446,53 @@ def test_one_declaration_per_exercise_drives_notebooks_hidden_checks_and_readme(
     readme = (ROOT / "README.md").read_text()
     assert release.TABLE_START + "\n" + checks.exercise_table() + "\n" + release.TABLE_END in readme, \
         "README.md's table of exercises is stale: run make release"
+
+
+# --- every fixture judged in this process: its exercise's public and hidden cases, as the grader judges them
+
+def _fixture_params():
+    import classroom
+
+    return [pytest.param(kind, exercise, path, id=f"{assignment}/{kind}/{path.stem}")
+            for assignment, kind, exercise, path in classroom.fixtures()]
+
+
+def judge_answer(exercise: str, source: str, filename: str = "<answer>") -> list[str]:
+    """The ✗ lines the grader's judges give an answer cell ``source`` of ``exercise`` (observed here, not
+    in the sandbox: quick enough for one lesson's fixtures, ``-k lesson04``). ``filename``: a file that
+    holds ``source``, for code that reads its own source (Triton's ``@jit``)."""
+    import engine
+
+    assignment = checks.EXERCISES[exercise].assignment if exercise in checks.EXERCISES else None
+    hidden = engine.load_checks(assignment or next(e.assignment for e in checks.exercises() if e.name == exercise))
+    ns: dict = {"__name__": "__main__", "__exercise_sources__": {exercise: source}}
+    try:
+        exec(compile(source, filename, "exec"), ns)
+    except Exception as error:  # an answer cell that raises still gets every case's verdict
+        print(f"the answer cell raised {type(error).__name__}: {error}")
+    failures = []
+    for case_id, case in engine.cases_for(hidden, exercise):
+        try:
+            observation = {"ok": True, "data": checks.as_data(case.observe(ns))}
+        except checks.AnswerError as error:
+            observation = {"ok": False, "answer": True, "error": str(error)}
+        except Exception as error:
+            observation = {"ok": False, "error": f"{type(error).__name__}: {error}"}
+        verdict = engine._judge(case, observation)
+        if verdict is not None:
+            failures.append(f"✗ {case.name}: {verdict}")
+    return failures
+
+
+@pytest.mark.parametrize("kind, exercise, path", _fixture_params())
+def test_fixture_judged_in_process_as_its_first_line_says(kind, exercise, path):
+    """A wrong fixture fails with a ✗ line holding its first line's reason, a right one passes every case."""
+    import classroom
+
+    checks.exercises()
+    failures = judge_answer(exercise, path.read_text(), str(path))
+    if kind == "right":
+        assert not failures, failures
+    else:
+        reason = classroom.intended(path)[1]
+        assert any(reason in line for line in failures), f"no ✗ line with {reason!r}; got {failures}"

@@ -236,6 +236,9 @@ def judge_sync_only_queue(d):
 # 2. for any block_size the launcher is given (powers of two, 16 to 1024)                      -> "generated sizes ...", "large blocks ..."
 # 3. in out's dtype: float16 and float64 too                                                     -> "float64 and float16 ..."
 # 4. writes nothing outside out, leaves x and y unchanged, returns out itself                      -> every case (each row records it)
+# 5. one pass: one kernel launch per call, no tensor computed or allocated in torch around it      -> "one pass ..."
+# 6. each program handles block_size elements: the kernel's tl.arange is block_size wide           -> "one pass ..."
+#    (a kernel with its own fixed block ignores the argument even where its results are right)
 # The launches run in Triton's interpreter on guarded CPU tensors in a child process (probe_launch).
 
 def observe_triton_generated(ns):
@@ -267,9 +270,126 @@ def observe_triton_dtypes(ns):
             "rows": probe_launch(answer(ns, "scaled_add"), configs, alpha=1.25, namespaces=[ns], seed=14)}
 
 
-def judge_triton_generated(d):
-    from gpucourse.kernels import probe_problem
-    return probe_problem(d["rows"], configs=d["configs"])
+TRITON_GENERATED = 6  # launches each case makes: the judges count them, never the observation
+TRITON_LARGE = 3
+TRITON_DTYPES = 4
+
+
+def _judge_triton_rows(count):
+    def judge(d):
+        from gpucourse.kernels import probe_problem
+        rows = d["rows"]
+        if len(rows) < count:  # a crash or a timeout ends the rows early: say that first
+            return probe_problem(rows) or f"only {len(rows)} of {count} launches reported"
+        return probe_problem(rows, configs=count)
+    return judge
+
+
+judge_triton_generated = _judge_triton_rows(TRITON_GENERATED)
+judge_triton_large = _judge_triton_rows(TRITON_LARGE)
+judge_triton_dtypes = _judge_triton_rows(TRITON_DTYPES)
+
+TRITON_ONE_PASS = [(1, 16, "float32"), (37, 16, "float32"), (100, 32, "float32"), (64, 64, "float32"),
+                   (300, 128, "float32"), (77, 32, "float16")]  # (n, block_size, dtype)
+TRITON_ONE_PASS_ALPHA = 1.5
+
+
+def observe_triton_one_pass(ns):
+    """Each launch in a child process, in Triton's interpreter: the output, how many kernel launches ran,
+    the widths of the kernel's tl.arange, and the torch operations the launcher ran outside its kernel."""
+    import os
+    from gpucourse.checks import answer
+    from gpucourse.kernels import INTERPRET_ENV, kernels_as, run_isolated
+    launcher = answer(ns, "scaled_add")
+    configs = [(1, 16, "float32"), (37, 16, "float32"), (100, 32, "float32"), (64, 64, "float32"),
+               (300, 128, "float32"), (77, 32, "float16")]
+
+    def rows():
+        import torch
+        from torch.utils._python_dispatch import TorchDispatchMode
+        from triton.runtime import interpreter
+        os.environ[INTERPRET_ENV] = "1"
+        seen = {"widths": set(), "launches": 0, "inside": 0, "ops": []}
+        make_range, run = interpreter.InterpreterBuilder.create_make_range, interpreter.InterpretedFunction.run
+
+        def counted_range(self, ret_ty, start, stop):
+            seen["widths"].add(int(stop) - int(start))
+            return make_range(self, ret_ty, start, stop)
+
+        def counted_run(self, *args, **kwargs):
+            seen["launches"] += 1
+            seen["inside"] += 1
+            try:
+                return run(self, *args, **kwargs)
+            finally:
+                seen["inside"] -= 1
+
+        class TorchOutside(TorchDispatchMode):  # what the launcher computes or allocates in torch itself
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                result = func(*args, **(kwargs or {}))
+                if not seen["inside"] and not getattr(func, "is_view", False):
+                    outputs = result if isinstance(result, (tuple, list)) else [result]
+                    if any(isinstance(t, torch.Tensor) and t.numel() > 1 for t in outputs):
+                        seen["ops"].append(str(func.overloadpacket.__name__))
+                return result
+
+        interpreter.InterpreterBuilder.create_make_range = counted_range
+        interpreter.InterpretedFunction.run = counted_run
+        generator = torch.Generator().manual_seed(21)
+        with kernels_as("interpreted", ns, launcher):
+            for n, block_size, dtype_name in configs:
+                dtype = getattr(torch, dtype_name)
+                x = torch.randn(n, generator=generator).to(dtype)
+                y = torch.randn(n, generator=generator).to(dtype)
+                out = torch.full((n,), float("nan"), dtype=dtype)
+                seen.update(widths=set(), launches=0, inside=0, ops=[])
+                row = {"n": n, "block_size": block_size, "dtype": dtype_name}
+                try:
+                    with TorchOutside():
+                        returned = launcher(x, y, 1.5, out, block_size=block_size)
+                except Exception as error:
+                    row["error"] = f"{type(error).__name__}: {error}"[:300]
+                    yield row
+                    continue
+                row.update({"out": out.double().tolist(), "returned_out": returned is out,
+                            "widths": sorted(seen["widths"]), "launches": seen["launches"], "ops": sorted(set(seen["ops"]))})
+                yield row
+
+    return run_isolated(rows)
+
+
+def judge_triton_one_pass(d):
+    import math
+    import torch
+    generator = torch.Generator().manual_seed(21)
+    if len(d) < len(TRITON_ONE_PASS):
+        return next((f"raised {r['error']}" for r in d if "error" in r), None) or \
+            next((f"the process running the kernel died ({r['crashed']})" for r in d if "crashed" in r), None) or \
+            f"only {len(d)} of {len(TRITON_ONE_PASS)} launches reported"
+    for (n, block_size, dtype_name), row in zip(TRITON_ONE_PASS, d):
+        dtype = getattr(torch, dtype_name)
+        x = torch.randn(n, generator=generator).to(dtype)
+        y = torch.randn(n, generator=generator).to(dtype)
+        where = f"n={n}, block_size={block_size}, {dtype_name}"
+        if "error" in row:
+            return f"{where}: raised {row['error']}"
+        if row["launches"] != 1:
+            return f"{where}: {row['launches']} kernel launches for one call: compute alpha * x + y in one kernel"
+        if row["ops"]:
+            return (f"{where}: the launcher computed or allocated tensors in torch ({', '.join(row['ops'])}): "
+                    "one pass, no temporary tensor")
+        if not row["widths"] or max(row["widths"]) != block_size:
+            return (f"{where}: the kernel's blocks are {max(row['widths'], default=0)} elements wide, not "
+                    "block_size: pass block_size to the kernel as its tl.constexpr block")
+        if not row["returned_out"]:
+            return f"{where}: did not return out"
+        want = (TRITON_ONE_PASS_ALPHA * x.double() + y.double()).to(dtype).double().tolist()
+        tolerance = 1e-2 if dtype == torch.float16 else 1e-5
+        got = row["out"]
+        if len(got) != n or not all(isinstance(g, float) and math.isclose(g, w, rel_tol=tolerance, abs_tol=tolerance)
+                                    for g, w in zip(got, want)):
+            return f"{where}: out differs from alpha * x + y"
+    return None
 
 
 HIDDEN = {
@@ -302,7 +422,9 @@ HIDDEN = {
     "triton_scaled_add": [
         Case("generated sizes next to multiples of the block, negative alpha", observe_triton_generated,
              judge_triton_generated),
-        Case("large blocks (1024), alpha = 0", observe_triton_large_blocks, judge_triton_generated),
-        Case("float64 and float16, other sizes", observe_triton_dtypes, judge_triton_generated),
+        Case("large blocks (1024), alpha = 0", observe_triton_large_blocks, judge_triton_large),
+        Case("float64 and float16, other sizes", observe_triton_dtypes, judge_triton_dtypes),
+        Case("one pass: one kernel launch, block_size elements per program, no temporary tensor",
+             observe_triton_one_pass, judge_triton_one_pass),
     ],
 }
