@@ -11,7 +11,8 @@ from gpucourse.checks import Case
 # --- train_epoch and evaluate ---------------------------------------------------------------
 # What the exercise text and answer lines require:
 #  train_epoch(model, loader, optimizer, scaler, device_type, dtype), for each (inputs, targets) batch:
-#  1. move the batch to the model's device -> "batches moved to the model's device ..."
+#  1. move the batch to the model's device, inside the loop (batch i moved after batch i-1's forward,
+#     not every batch up front) -> "batches moved to the model's device inside the loop ..."
 #  2. zero the gradients, in any way (zero_grad(), set_to_none, p.grad = None; before the backward
 #     or after the update) -> "gradients zeroed between one update and the next backward"
 #  3. the model's output and the cross-entropy loss under torch.autocast(device_type, dtype=dtype):
@@ -27,11 +28,10 @@ from gpucourse.checks import Case
 #     fraction of correct predictions over all items ..."
 #  8. under autocast (device type and dtype given) and without gradients -> public "evaluate under
 #     autocast and no_grad ..." and "autocast with the device type and dtype given ..."
-#  9. batches moved to the model's device -> "batches moved to the model's device ..."
+#  9. batches moved to the model's device, inside the loop -> "batches moved to the model's device ..."
 
 def observe_amp_epoch(ns):
     import torch
-    import torch.nn.functional as F
     from torch import nn
     from gpucourse.checks import answer
     from gpucourse.checks.lesson04 import recording_scaler
@@ -40,7 +40,7 @@ def observe_amp_epoch(ns):
     g = torch.Generator().manual_seed(4)
     sizes = [5, 8, 3]  # unequal: a mean over batches and a mean over items differ
     batches = [(torch.randn(n, 6, generator=g) * 3, torch.randint(0, 3, (n,), generator=g)) for n in sizes]
-    ids = {id(t) for batch in batches for t in batch}
+    ids = {id(t): number for number, batch in enumerate(batches) for t in batch}  # tensor -> its batch
 
     def zeroed(params):
         return all(p.grad is None or not bool(p.grad.any()) for p in params)
@@ -52,9 +52,8 @@ def observe_amp_epoch(ns):
 
         def forward(self, x):
             out = self.net(x)
-            index = sizes.index(len(x)) if len(x) in sizes else -1
-            expected = float(F.cross_entropy(out.detach().float(), batches[index][1])) if index >= 0 else None
-            events.append({"e": "forward", "autocast": torch.is_autocast_enabled("cpu"), "expected_loss": expected})
+            events.append({"e": "forward", "autocast": torch.is_autocast_enabled("cpu"),
+                           "logits": out.detach().float().tolist()})
             if out.requires_grad:
                 out.register_hook(lambda grad: events.append({"e": "backward", "zeroed": zeroed(self.parameters())}))
             return out
@@ -80,6 +79,7 @@ def observe_amp_epoch(ns):
     def recording_to(self, *args, **kwargs):
         if id(self) in ids and (kwargs.get("device") is not None or (args and isinstance(args[0], (str, torch.device)))):
             moved.add(id(self))
+            events.append({"e": "to", "batch": ids[id(self)]})
         return real_to(self, *args, **kwargs)
 
     torch.manual_seed(4)
@@ -90,7 +90,7 @@ def observe_amp_epoch(ns):
                                            RecordedScaler("cpu", init_scale=1024.0), "cpu", torch.float16)
     finally:
         torch.Tensor.to = real_to
-    return {"events": events, "sizes": sizes, "moved": len(moved), "tensors": len(ids),
+    return {"events": events, "moved": len(moved),
             "type": type(result).__name__, "is_float": isinstance(result, float),
             "value": float(result) if isinstance(result, (int, float, torch.Tensor)) and getattr(result, "numel", lambda: 1)() == 1 else None}
 
@@ -106,10 +106,21 @@ def _per_batch(events):
     return batches
 
 
+EPOCH_SIZES = [5, 8, 3]  # observe_amp_epoch's batches (seeded there: Generator().manual_seed(4))
+EPOCH_TENSORS = 2 * len(EPOCH_SIZES)
+
+
+def _epoch_batches():
+    """observe_amp_epoch's batches, rebuilt here: the judges never take inputs from an observation."""
+    import torch
+    g = torch.Generator().manual_seed(4)
+    return [(torch.randn(n, 6, generator=g) * 3, torch.randint(0, 3, (n,), generator=g)) for n in EPOCH_SIZES]
+
+
 def judge_zeroing(d):
     backwards = [e for e in d["events"] if e["e"] == "backward"]
-    if len(backwards) != len(d["sizes"]):
-        return f"{len(d['sizes'])} batches gave {len(backwards)} backward passes"
+    if len(backwards) != len(EPOCH_SIZES):
+        return f"{len(EPOCH_SIZES)} batches gave {len(backwards)} backward passes"
     if not all(e["zeroed"] for e in backwards):
         return "gradients from the previous batch were still there at the next backward: zero them every batch"
     return None
@@ -117,8 +128,8 @@ def judge_zeroing(d):
 
 def judge_scaler_order(d):
     batches = _per_batch(d["events"])
-    if len(batches) != len(d["sizes"]):
-        return f"{len(d['sizes'])} batches gave {len(batches)} forward passes"
+    if len(batches) != len(EPOCH_SIZES):
+        return f"{len(EPOCH_SIZES)} batches gave {len(batches)} forward passes"
     for number, events in enumerate(batches):
         names = [e["e"] for e in events]
         for name in ("scale", "scaled backward", "scaler.step", "update"):
@@ -136,16 +147,31 @@ def judge_scaler_order(d):
     return None
 
 
+def _cross_entropy(logits, targets):
+    import math
+    total = 0.0
+    for row, target in zip(logits, targets):
+        top = max(row)
+        total += top + math.log(sum(math.exp(v - top) for v in row)) - row[target]
+    return total / len(targets)
+
+
 def judge_loss(d):
-    for number, events in enumerate(_per_batch(d["events"])):
+    batches = _per_batch(d["events"])
+    if len(batches) != len(EPOCH_SIZES):
+        return f"{len(EPOCH_SIZES)} batches gave {len(batches)} forward passes"
+    for number, (events, (_, targets)) in enumerate(zip(batches, _epoch_batches())):
         forward = events[0]
         scaled = [e for e in events if e["e"] == "scale"]
         if not scaled:
             return f"batch {number + 1}: no loss went through scaler.scale"
         if scaled[0]["dtype"] != "torch.float32":
             return f"the loss came out in {scaled[0]['dtype']}: compute it under autocast, which keeps it in float32"
-        expected = forward["expected_loss"]
-        if expected is None or not abs(scaled[0]["value"] - expected) <= 1e-3 * max(1.0, abs(expected)):
+        logits = forward["logits"]  # the model's output as observed; the targets are the judge's own
+        if len(logits) != len(targets):
+            return f"batch {number + 1}: the model saw {len(logits)} items of a batch of {len(targets)}"
+        expected = _cross_entropy(logits, targets.tolist())
+        if not abs(scaled[0]["value"] - expected) <= 1e-3 * max(1.0, abs(expected)):
             return f"batch {number + 1}: the loss is not the cross-entropy of the model's output and the targets"
     return None
 
@@ -154,20 +180,32 @@ def judge_mean_loss(d):
     if not d["is_float"]:
         return f"train_epoch must return a float, not a {d['type']}"
     losses = [e["value"] for e in d["events"] if e["e"] == "scale"]
-    if len(losses) != len(d["sizes"]):
+    if len(losses) != len(EPOCH_SIZES):
         return "one loss per batch expected"
     over_batches = sum(losses) / len(losses)
-    over_items = sum(loss * n for loss, n in zip(losses, d["sizes"])) / sum(d["sizes"])
+    over_items = sum(loss * n for loss, n in zip(losses, EPOCH_SIZES)) / sum(EPOCH_SIZES)
     if not any(abs(d["value"] - mean) <= 1e-3 * max(1.0, abs(mean)) for mean in (over_batches, over_items)):
         return f"returned {d['value']:.4g}: not the mean loss of the epoch's batches (unscaled)"
     return None
 
 
-def judge_moved(d):
-    if d["moved"] != d["tensors"]:
-        return (f"{d['moved']} of the {d['tensors']} batch tensors were moved: move inputs and targets to the model's "
-                "device inside the loop (.to(device))")
-    return None
+def _judge_moved_in_loop(tensors):
+    def judge(d):
+        if d["moved"] != tensors:
+            return (f"{d['moved']} of the {tensors} batch tensors were moved: move inputs and targets to the model's "
+                    "device inside the loop (.to(device))")
+        forwards = 0
+        for event in d["events"]:
+            if event["e"] == "forward":
+                forwards += 1
+            elif event["e"] == "to" and event["batch"] > forwards:
+                return (f"batch {event['batch'] + 1} was moved before batch {event['batch']}'s forward pass: move "
+                        "each batch inside the loop, not every batch up front")
+        return None
+    return judge
+
+
+judge_moved = _judge_moved_in_loop(EPOCH_TENSORS)
 
 
 def observe_autocast_arguments(ns):
@@ -247,7 +285,8 @@ def observe_evaluate_items(ns):
         inputs = torch.eye(4)[picked]
         targets = torch.tensor([c if i < right else (c + 1) % 4 for i, c in enumerate(picked)])
         batches.append((inputs, targets))
-    ids = {id(t) for batch in batches for t in batch}
+    ids = {id(t): number for number, batch in enumerate(batches) for t in batch}  # tensor -> its batch
+    events = []
 
     class Recorded(nn.Module):
         def __init__(self):
@@ -259,6 +298,7 @@ def observe_evaluate_items(ns):
 
         def forward(self, x):
             forwards.append({"autocast": torch.is_autocast_enabled("cpu"), "grad": torch.is_grad_enabled()})
+            events.append({"e": "forward"})
             return self.net(x)
 
     real_to = torch.Tensor.to
@@ -266,6 +306,7 @@ def observe_evaluate_items(ns):
     def recording_to(self, *args, **kwargs):
         if id(self) in ids and (kwargs.get("device") is not None or (args and isinstance(args[0], (str, torch.device)))):
             moved.add(id(self))
+            events.append({"e": "to", "batch": ids[id(self)]})
         return real_to(self, *args, **kwargs)
 
     torch.Tensor.to = recording_to
@@ -275,7 +316,7 @@ def observe_evaluate_items(ns):
         torch.Tensor.to = real_to
     return {"type": type(result).__name__, "is_float": isinstance(result, float),
             "value": float(result) if isinstance(result, (int, float)) else None, "forwards": forwards,
-            "moved": len(moved), "tensors": len(ids)}
+            "moved": len(moved), "events": events}
 
 
 def judge_evaluate_items(d):
@@ -299,7 +340,8 @@ HIDDEN = {"train_epoch": [
          observe_autocast_arguments, judge_autocast_arguments("evaluate")),
     Case("evaluate: the fraction of correct predictions over all items, as a float", observe_evaluate_items,
          judge_evaluate_items),
-    Case("evaluate: batches moved to the model's device inside the loop", observe_evaluate_items, judge_moved),
+    Case("evaluate: batches moved to the model's device inside the loop", observe_evaluate_items,
+         _judge_moved_in_loop(6)),
 ]}
 
 
@@ -307,8 +349,9 @@ HIDDEN = {"train_epoch": [
 # What the exercise text and answer line require, for one step:
 #  1. zero the gradients first (the step after another must not add the old gradients) -> "two steps
 #     in a row ..." (the second step's parameters)
-#  2. output and cross-entropy loss under torch.autocast(device_type, dtype=dtype); backward of
-#     scaler.scale(loss) outside it -> "generated sizes ..." (parameters equal the reference's)
+#  2. output and cross-entropy loss under torch.autocast(device_type, dtype=dtype), the device type and
+#     dtype given (bfloat16 too, and 'cuda'); backward of scaler.scale(loss) outside it -> "autocast with
+#     the device type and dtype given ..." and "generated sizes ..." (parameters equal the reference's)
 #  3. scaler.unscale_(optimizer) after backward and before clipping, so that the clip sees the true
 #     gradients -> public cases, and "generated sizes ..." with max_norm below and above the true norm
 #  4. clip the total norm of all the model's gradients to max_norm -> "generated sizes ..."
@@ -421,7 +464,79 @@ def judge_clipped_overflow(d):
     return None
 
 
+CLIP_AUTOCAST_RUNS = [("cpu", "torch.bfloat16"), ("cpu", "torch.float16"), ("cuda", "torch.bfloat16")]
+
+
+def observe_clipped_autocast(ns):
+    """Where autocast was on, with which dtype, in the forward and in the backward; which autocast the
+    answer made (device type, dtype). bfloat16 on the CPU costs little at these sizes."""
+    import warnings
+
+    import torch
+    from torch import nn
+    from gpucourse.checks import answer
+
+    runs, entered = [], []
+
+    class Recorded(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.net = nn.Sequential(nn.Linear(4, 5), nn.Tanh(), nn.Linear(5, 3))
+
+        def forward(self, x):
+            runs[-1]["forwards"].append({"autocast": torch.is_autocast_enabled("cpu"),
+                                         "dtype": str(torch.get_autocast_dtype("cpu"))})
+            out = self.net(x)
+            if out.requires_grad:
+                out.register_hook(lambda grad: runs[-1]["backwards"].append(torch.is_autocast_enabled("cpu")))
+            return out
+
+    autocast = torch.amp.autocast_mode.autocast
+    real_init = autocast.__init__
+
+    def recording_init(self, *args, **kwargs):
+        real_init(self, *args, **kwargs)
+        entered.append([str(self.device), str(self.fast_dtype)])
+
+    g = torch.Generator().manual_seed(45)
+    inputs, targets = torch.randn(6, 4, generator=g), torch.randint(0, 3, (6,), generator=g)
+    autocast.__init__ = recording_init
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # autocast('cuda') without CUDA says it disables itself
+            for device_type, dtype in [("cpu", torch.bfloat16), ("cpu", torch.float16), ("cuda", torch.bfloat16)]:
+                torch.manual_seed(45)
+                model = Recorded()
+                runs.append({"forwards": [], "backwards": []})
+                entered.clear()
+                answer(ns, "clipped_step")(model, inputs, targets, torch.optim.SGD(model.parameters(), lr=0.1),
+                                           torch.amp.GradScaler("cpu", init_scale=256.0), device_type, dtype, 1.0)
+                runs[-1]["autocast"] = [list(a) for a in entered]
+    finally:
+        autocast.__init__ = real_init
+    return runs
+
+
+def judge_clipped_autocast(d):
+    if len(d) != len(CLIP_AUTOCAST_RUNS):
+        return f"{len(d)} of {len(CLIP_AUTOCAST_RUNS)} steps observed"
+    for (device_type, dtype), run in zip(CLIP_AUTOCAST_RUNS, d):
+        where = f"clipped_step(..., {device_type!r}, {dtype}, ...)"
+        if not run["autocast"] or any(a != [device_type, dtype] for a in run["autocast"]):
+            return f"{where}: autocast must get the device type and dtype passed in, got {run['autocast']}"
+        if device_type == "cpu":
+            if len(run["forwards"]) != 1 or not all(f["autocast"] and f["dtype"] == dtype for f in run["forwards"]):
+                return f"{where}: the forward pass did not run (once) under autocast to {dtype}"
+        if len(run["backwards"]) != 1:
+            return f"{where}: {len(run['backwards'])} backward passes through the model in one step"
+        if any(run["backwards"]):
+            return f"{where}: backward ran inside autocast: backpropagate scaler.scale(loss) outside it"
+    return None
+
+
 HIDDEN["clipped_step"] = [
+    Case("autocast with the device type and dtype given (bfloat16 and float16 on 'cpu', bfloat16 on 'cuda'); "
+         "backward outside it", observe_clipped_autocast, judge_clipped_autocast),
     Case("generated sizes and max_norm: the reference's norm, parameters and scale, over two steps",
          observe_clipped_generated, judge_clipped_generated),
     Case("an overflowing step is skipped, returns a non-finite norm and halves the scale, twice",
