@@ -133,12 +133,16 @@ def drive_accumulate(ns, inputs=None):
         torch.manual_seed(inputs["seed"] + index)
         model = nn.Sequential(nn.Linear(4, inputs["hidden"]), nn.Tanh(), nn.Linear(inputs["hidden"], 1), nn.Flatten(0)).to(device)
         reference = copy.deepcopy(model)
-        rounds = []
+        rounds, own, in_hook = [], [], []
 
         def counting_hook(state, bucket):  # DDP's own averaging, counted: one round ends with the last bucket
             if bucket.is_last():
                 rounds.append(1)
-            reduced = dist.all_reduce(bucket.buffer().div_(world), async_op=True).get_future()
+            in_hook.append(1)
+            try:
+                reduced = dist.all_reduce(bucket.buffer().div_(world), async_op=True).get_future()
+            finally:
+                in_hook.pop()
             return reduced.then(lambda fut: fut.value()[0])
 
         ddp_model = DDP(model)
@@ -146,11 +150,33 @@ def drive_accumulate(ns, inputs=None):
         optimizer = torch.optim.SGD(ddp_model.parameters(), lr=inputs["lr"])
         record = {"run": index, "accum_steps": accum, "batches": len(rows[rank]),
                   "steps": math.ceil(len(rows[rank]) / accum), "rows": rows[rank]}
+        group_class = type(dist.distributed_c10d._get_default_group())
+        collectives = {}  # every collective of the process group the answer ran itself (not DDP's hook's)
+        for name in ("allreduce", "allreduce_coalesced", "allgather", "allgather_coalesced", "_allgather_base",
+                     "allgather_into_tensor_coalesced", "reduce", "reduce_scatter", "_reduce_scatter_base",
+                     "reduce_scatter_tensor_coalesced", "broadcast", "alltoall_base", "alltoall", "gather", "scatter"):
+            if hasattr(group_class, name):
+                collectives[name] = getattr(group_class, name)
+
+        def counted(name, real):
+            def collective(*args, **kwargs):
+                if not in_hook:
+                    own.append(name)
+                return real(*args, **kwargs)
+            return collective
+
+        for name, real in collectives.items():
+            setattr(group_class, name, counted(name, real))
         try:
             ns["train_accumulating"](ddp_model, list(data[rank]), accum, optimizer)
         except Exception as error:
             record["error"] = f"{type(error).__name__}: {str(error)[:200]}"
+        finally:
+            for name, real in collectives.items():
+                setattr(group_class, name, real)
         record["rounds"] = len(rounds)
+        record["own_collectives"] = sorted(set(own))
+        record["own_collective_calls"] = len(own)
         ref_optimizer = torch.optim.SGD(reference.parameters(), lr=inputs["lr"])
         for start in range(0, len(rows[rank]), accum):
             ref_optimizer.zero_grad()
@@ -190,6 +216,11 @@ def judge_accumulate_runs(d, runs=None):
                 return f"{where}, rank {rank}: train_accumulating raised {r['runs'][i]['error']}"
         if ranks["0"]["runs"][i]["weights"] != ranks["1"]["runs"][i]["weights"]:
             return f"{where} the two ranks end with different weights: their gradients were not averaged before every step"
+        for rank, r in sorted(ranks.items()):
+            if r["runs"][i]["own_collective_calls"]:
+                return (f"{where}, rank {rank}: train_accumulating ran {r['runs'][i]['own_collective_calls']} "
+                        f"collective(s) of its own ({', '.join(r['runs'][i]['own_collectives'])}) besides DDP's: "
+                        "all-reduce once per optimizer step, DDP's, with no_sync() on the other micro-batches")
         for rank, r in sorted(ranks.items()):
             got, steps = r["runs"][i]["rounds"], r["runs"][i]["steps"]
             if got > steps:
