@@ -465,7 +465,23 @@ def judge_answer(exercise: str, source: str, filename: str = "<answer>") -> list
 
     assignment = checks.EXERCISES[exercise].assignment if exercise in checks.EXERCISES else None
     hidden = engine.load_checks(assignment or next(e.assignment for e in checks.exercises() if e.name == exercise))
-    ns: dict = {"__name__": "__main__", "__exercise_sources__": {exercise: source}}
+    import types
+
+    # as in the runner (and a kernel), the namespace is a real __main__ module: its classes pickle
+    main = types.ModuleType("__main__")
+    ns = main.__dict__
+    ns["__exercise_sources__"] = {exercise: source}
+    saved = sys.modules["__main__"]
+    sys.modules["__main__"] = main
+    try:
+        return _judge_in(ns, hidden, exercise, source, filename)
+    finally:
+        sys.modules["__main__"] = saved
+
+
+def _judge_in(ns, hidden, exercise, source, filename):
+    import engine
+
     try:
         exec(compile(source, filename, "exec"), ns)
     except Exception as error:  # an answer cell that raises still gets every case's verdict
