@@ -28,17 +28,31 @@ def observe_positions_values(ns):
     return result
 
 
+def _positions_inputs():
+    """observe_positions_values' inputs, rebuilt here (the same seed), as nested lists."""
+    import torch
+    g = torch.Generator().manual_seed(2)
+    inputs = [torch.randn(1, 7, 1, generator=g, dtype=torch.float64), torch.randn(3, 13, 2, generator=g, dtype=torch.float64),
+              torch.randn(2, 1, 4, generator=g, dtype=torch.float64),
+              torch.randn(5, 2, 3, generator=g, dtype=torch.float64).transpose(0, 1)]
+    return [x.tolist() for x in inputs]
+
+
 def judge_positions_values(d):
-    for entry in d:
-        batch, length, dim = entry["shape"]
-        if entry["out_shape"] != entry["shape"]:
-            return f"for x of shape {entry['shape']} the result has shape {entry['out_shape']}"
+    inputs = _positions_inputs()
+    if len(d) != len(inputs):
+        return f"{len(d)} of {len(inputs)} inputs observed"
+    for x, entry in zip(inputs, d):
+        shape = [len(x), len(x[0]), len(x[0][0])]
+        batch, length, dim = shape
+        if entry["out_shape"] != shape:
+            return f"for x of shape {shape} the result has shape {entry['out_shape']}"
         for b in range(batch):
             for j in range(length):
                 for k in range(dim):
                     # float32 positions cast to float64 are fine: an off-by-one is off by 1/length
-                    if not abs(entry["out"][b][j][k] - (entry["x"][b][j][k] + j / length)) <= 1e-6:  # NaN is never close
-                        return f"for x of shape {entry['shape']} (random values) the result is not x + p"
+                    if not abs(entry["out"][b][j][k] - (x[b][j][k] + j / length)) <= 1e-6:  # NaN is never close
+                        return f"for x of shape {shape} (random values) the result is not x + p"
     return None
 
 
@@ -61,16 +75,37 @@ def observe_positions_follow_x(ns):
     return result
 
 
+def _follow_x_inputs():
+    """observe_positions_follow_x's inputs, rebuilt here: key -> x as nested lists (None on meta)."""
+    import torch
+    g = torch.Generator().manual_seed(3)
+    inputs = {}
+    for device, dtype, shape in [("cpu", torch.float64, (2, 6, 3)), ("cpu", torch.bfloat16, (3, 9, 2)),
+                                 ("cpu", torch.float16, (1, 5, 4)), ("meta", torch.bfloat16, (4, 3, 1)),
+                                 ("meta", torch.float64, (2, 11, 5))]:
+        base = torch.rand(shape, generator=g) * 2 - 1
+        inputs[f"{device}/{dtype}/{list(shape)}"] = base.to(dtype).double().tolist() if device == "cpu" else None
+    return inputs
+
+
 def judge_positions_follow_x(d):
     tolerance = {"torch.float64": 1e-6, "torch.bfloat16": 2**-6, "torch.float16": 2**-9}  # a few of the dtype's ulps
-    for key, entry in d.items():
+    inputs = _follow_x_inputs()
+    if sorted(d) != sorted(inputs):
+        return "not every device, dtype and shape was tried"
+    for key, x in inputs.items():
+        entry = d[key]
         device, dtype, shape = key.split("/")
         if (entry["device"], entry["dtype"], str(entry["shape"])) != (device, dtype, shape):
             return (f"for x on {device} as {dtype} of shape {shape} the result was "
                     f"{entry['device']}/{entry['dtype']}/{entry['shape']}")
-        if "out" in entry:
-            length = len(entry["x"][0])
-            for xb, ob in zip(entry["x"], entry["out"]):
+        if x is not None:
+            if "out" not in entry:
+                return f"for x on {device} as {dtype} the result could not be read"
+            length = len(x[0])
+            if len(entry["out"]) != len(x):
+                return f"for x as {dtype} the values are not x + p (to {dtype} precision)"
+            for xb, ob in zip(x, entry["out"]):
                 for j, (xr, orow) in enumerate(zip(xb, ob)):
                     for xv, ov in zip(xr, orow):
                         want = xv + j / length
@@ -134,12 +169,17 @@ def observe_measure_median_even(ns):
     return {str(len(plan)): {"seconds": float(seconds), "launches": device.launches, "plan": sorted(plan)}}
 
 
+MEASURE_PLANS = {"5": [0.02, 0.3, 0.06, 0.04, 0.1], "4": [0.04, 0.3, 0.02, 0.07]}  # the observers' per-call times
+
+
 def judge_measure_median(d):
+    if len(d) != 1 or next(iter(d)) not in MEASURE_PLANS:
+        return "one measurement of a known plan expected"
     for repeats, got in d.items():
         n = int(repeats)
         if got["launches"] != 1 + n:
             return f"with warmup=1, repeats={n}, run should be called {1 + n} times, was called {got['launches']}"
-        times = got["plan"]
+        times = sorted(MEASURE_PLANS[repeats])
         low, high = times[(n - 1) // 2], times[n // 2]  # the middle one, or the two middle ones
         mean = sum(times) / n  # the bound halfway to the mean leaves room for a busy machine's delays
         if not 0.85 * low <= got["seconds"] <= (high + mean) / 2:
@@ -176,14 +216,15 @@ def observe_measure_defaults(ns):
             "2/5": {"seconds": float(seconds), "launches": device.launches, "work": 0.025}}
 
 
-def _judge_runs_and_seconds(d, work=0.03):
-    for key, got in d.items():
-        if "/" not in key:
-            continue
+def _judge_runs_and_seconds(d, runs=None):
+    """``runs``: {"warmup/repeats": seconds of work per call}, what the observer ran (the judge's own)."""
+    runs = runs if runs is not None else {"3/3": 0.03, "0/3": 0.03}
+    for key, expected in runs.items():
+        got = d[key]
         warmup, repeats = (int(v) for v in key.split("/"))
         if got["launches"] != warmup + repeats:
             return f"with warmup={warmup}, repeats={repeats}, run should be called {warmup + repeats} times, was called {got['launches']}"
-        seconds, expected = got["seconds"], got.get("work", work)
+        seconds = got["seconds"]
         if not 0.6 * expected <= seconds <= 1.8 * expected:
             return (f"with warmup={warmup}, repeats={repeats}: measured {1000 * seconds:.1f} ms per call for "
                     f"{1000 * expected:.0f} ms of work per call")
@@ -193,7 +234,11 @@ def _judge_runs_and_seconds(d, work=0.03):
 def judge_measure_defaults(d):
     if not d["is_float"]:
         return f"measure returned a {d['type']}: return the seconds as a float"
-    return _judge_runs_and_seconds(d)
+    return _judge_runs_and_seconds(d, {"2/5": 0.025})
+
+
+def judge_measure_one_repeat(d):
+    return _judge_runs_and_seconds(d, {"2/1": 0.02})
 
 
 # --- sync_lines ---------------------------------------------------------------------------
@@ -215,6 +260,8 @@ def observe_sync_lines_as_given(ns):
 
 def _sync_judge(expected, what):
     def judge(d):
+        if not d["lines"] and not d["not_ints"]:
+            return "no line numbers given"
         if d["not_ints"]:
             return None  # reported once, by the "ints" case
         missed = len(set(expected) - set(d["lines"]))
@@ -225,7 +272,15 @@ def _sync_judge(expected, what):
 SYNC_LINES = {4, 6, 8, 10, 11, 13}
 
 
+def judge_sync_ints(d):
+    if d["not_ints"]:
+        return f"give the line numbers as ints, got {d['not_ints'][0]}"
+    return None if d["lines"] else "no line numbers given"
+
+
 def judge_sync_only_queue(d):
+    if not d["lines"]:
+        return "no line numbers given"
     extra = len(set(d["lines"]) - SYNC_LINES)
     return f"{extra} line(s) chosen that only queue work" if extra else None
 
@@ -406,12 +461,11 @@ HIDDEN = {
              judge_measure_median),
         Case("warm-up calls run first and stay out of the result; positional arguments", observe_measure_warmup,
              _judge_runs_and_seconds),
-        Case("one repeat: the warm-up's queued work is not timed", observe_measure_one_repeat, _judge_runs_and_seconds),
+        Case("one repeat: the warm-up's queued work is not timed", observe_measure_one_repeat, judge_measure_one_repeat),
         Case("the defaults (warmup=2, repeats=5), and a float", observe_measure_defaults, judge_measure_defaults),
     ],
     "sync_lines": [
-        Case("line numbers are ints", observe_sync_lines_as_given,
-             lambda d: f"give the line numbers as ints, got {d['not_ints'][0]}" if d["not_ints"] else None),
+        Case("line numbers are ints", observe_sync_lines_as_given, judge_sync_ints),
         Case("lines where a GPU value becomes a Python value", observe_sync_lines_as_given,
              _sync_judge({4, 8, 10}, "lines where a GPU value becomes a Python value")),
         Case("copies to the CPU and data-dependent sizes", observe_sync_lines_as_given,

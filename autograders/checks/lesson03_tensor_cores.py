@@ -39,6 +39,25 @@ def observe_pad_widths(ns):
     return result
 
 
+def pad_width_specs():
+    """observe_pad_widths' (widths, multiple) pairs, rebuilt here (the same seed)."""
+    import random
+    rng = random.Random(3)
+    specs = [([15, 9, 20, 3], None), ([64, 100, 7, 50, 10], None), ([20, 24, 9, 2], 16), ([12, 10, 5, 6], 4),
+             ([7, 11, 1, 4], 3), ([8, 16, 8], None), ([5, 32, 48, 4], 16), ([7, 3], None)]
+    specs += [([rng.randint(1, 40) for _ in range(rng.randint(3, 5))], rng.choice([None, 4, 8, 16])) for _ in range(2)]
+    return specs
+
+
+def _rows(d):
+    """The observed rows, each given the widths and multiple the judge knows it was asked for; ValueError
+    when the observation does not answer exactly those."""
+    specs = pad_width_specs()
+    if len(d) != len(specs) or any([r["widths"], r["multiple"]] != [w, m] for r, (w, m) in zip(d, specs)):
+        raise ValueError("the observation does not answer the generated models")
+    return d
+
+
 def _hidden(widths):
     return widths[1:-1]
 
@@ -48,7 +67,7 @@ def _got_hidden(got):
 
 
 def judge_round_up(d):
-    for row in d:
+    for row in _rows(d):
         m = row["multiple"] or 8
         hidden, got = _hidden(row["widths"]), _got_hidden(row["got"])
         if len(got) != len(hidden):
@@ -60,7 +79,7 @@ def judge_round_up(d):
 
 
 def judge_aligned(d):
-    for row in d:
+    for row in _rows(d):
         m = row["multiple"] or 8
         hidden, got = _hidden(row["widths"]), _got_hidden(row["got"])
         if len(got) != len(hidden):
@@ -72,7 +91,7 @@ def judge_aligned(d):
 
 
 def judge_io(d):
-    for row in d:
+    for row in _rows(d):
         got = row["got"]
         if not got or got[0][0] != row["widths"][0] or got[-1][1] != row["widths"][-1]:
             return (f"widths {row['widths']}: input and output widths must stay as they are, got "
@@ -107,7 +126,12 @@ def observe_pad_function(ns):
     return result
 
 
+PAD_FUNCTION_MODELS = ["sigmoid", "LeakyReLU(0.2) and ELU(0.5)", "softplus(beta=2), multiple=16"]
+
+
 def judge_function(d):
+    if sorted(d) != sorted(PAD_FUNCTION_MODELS):
+        return "not every model was padded"
     bad = [name for name, diff in d.items() if not diff < 1e-9]
     return f"the padded model computes something else with {', '.join(bad)}" if bad else None
 
@@ -134,10 +158,15 @@ def observe_pad_without_bias(ns):
     return result
 
 
+WITHOUT_BIAS_HIDDEN = {"no bias anywhere": [16], "no bias, then a bias": [8, 16]}  # 13 -> 16; 5, 11 -> 8, 16
+
+
 def judge_without_bias(d):
+    if sorted(d) != sorted(WITHOUT_BIAS_HIDDEN):
+        return "not every model was padded"
     for name, r in d.items():
-        if any(w % 8 for w in r["widths"]):
-            return f"{name}: hidden widths {r['widths']} are not padded"
+        if r["widths"] != WITHOUT_BIAS_HIDDEN[name]:
+            return f"{name}: hidden widths {r['widths']} are not each rounded up to the next multiple of 8"
         if not r["diff"] < 1e-9:
             return f"{name}: the padded model computes something else"
     return None
@@ -163,6 +192,8 @@ def observe_pad_dtypes(ns):
 
 
 def judge_dtypes(d):
+    if sorted(d) != ["torch.bfloat16", "torch.float32"]:
+        return "not every dtype was tried"
     for dtype, r in d.items():
         if r["params"] != [dtype] or r["out"] != dtype:
             return f"a {dtype.removeprefix('torch.')} model came back with {', '.join(r['params'])} parameters"
