@@ -5,6 +5,8 @@ to them (see gpucourse.checks.lesson04), on a few tiny batches of unequal sizes,
 costs milliseconds.
 """
 
+import functools
+
 from gpucourse.checks import Case
 
 
@@ -258,8 +260,14 @@ def observe_autocast_arguments(ns):
     return events
 
 
+AUTOCAST_RUNS = [("train_epoch", "cpu", "torch.float16"), ("evaluate", "cpu", "torch.float16"),
+                 ("train_epoch", "cuda", "torch.bfloat16"), ("evaluate", "cuda", "torch.bfloat16")]
+
+
 def judge_autocast_arguments(function):
     def judge(d):
+        if [(r["function"], r["device_type"], r["dtype"]) for r in d] != AUTOCAST_RUNS:
+            return "not every device type and dtype was tried"
         for run in d:
             if run["function"] != function:
                 continue
@@ -361,23 +369,14 @@ HIDDEN = {"train_epoch": [
 #     the step is skipped -> "generated sizes ..." and "an overflowing step ..."
 
 def observe_clipped_generated(ns):
+    """The student's clipped_step twice in a row on 4 generated models: norms, parameters, scale. The
+    judge runs a correct step on the same models itself (clipped_generated_setups, reference_clipped_step)."""
     import copy
     import random
 
     import torch
     from torch import nn
     from gpucourse.checks import answer
-
-    def reference_step(model, inputs, targets, optimizer, scaler, device_type, dtype, max_norm):
-        optimizer.zero_grad(set_to_none=True)
-        with torch.autocast(device_type, dtype=dtype):
-            loss = nn.functional.cross_entropy(model(inputs), targets)
-        scaler.scale(loss).backward()
-        scaler.unscale_(optimizer)
-        norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
-        scaler.step(optimizer)
-        scaler.update()
-        return float(norm)
 
     rng = random.Random(44)
     result = []
@@ -391,41 +390,91 @@ def observe_clipped_generated(ns):
         true_norm = float(torch.cat([p.grad.flatten() for p in probe.parameters()]).norm())
         max_norm = true_norm * (rng.uniform(0.05, 0.5) if case % 2 == 0 else rng.uniform(2, 5))
         init_scale = 2.0 ** rng.randint(6, 14)
-        runs = {}
-        for who in ("student", "reference"):
-            net = copy.deepcopy(model)
-            optimizer = torch.optim.SGD(net.parameters(), lr=0.2)
-            scaler = torch.amp.GradScaler("cpu", init_scale=init_scale, growth_interval=1)
-            step = answer(ns, "clipped_step") if who == "student" else reference_step
-            norms, params = [], []
-            for inputs, targets in data:
-                value = step(net, inputs, targets, optimizer, scaler, "cpu", torch.float16, max_norm)
-                norms.append(float(value) if isinstance(value, (int, float, torch.Tensor)) else None)
-                params.append(torch.cat([p.detach().flatten() for p in net.parameters()]))
-            runs[who] = {"norms": norms, "params": params, "scale": float(scaler.get_scale()),
-                         "is_float": isinstance(value, float)}
-        s, r = runs["student"], runs["reference"]
-        result.append({"width": width, "batch": batch, "max_norm": max_norm, "clips": case % 2 == 0,
-                       "is_float": s["is_float"], "norms": s["norms"], "expected_norms": r["norms"],
-                       "param_diff": [float((a - b).abs().max()) for a, b in zip(s["params"], r["params"])],
-                       "scale": s["scale"], "expected_scale": r["scale"]})
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.2)
+        scaler = torch.amp.GradScaler("cpu", init_scale=init_scale, growth_interval=1)
+        norms, params, is_float = [], [], True
+        for inputs, targets in data:
+            value = answer(ns, "clipped_step")(model, inputs, targets, optimizer, scaler, "cpu", torch.float16, max_norm)
+            is_float = is_float and isinstance(value, float)
+            norms.append(float(value) if isinstance(value, (int, float, torch.Tensor)) else None)
+            params.append(torch.cat([p.detach().flatten() for p in model.parameters()]).double().tolist())
+        result.append({"is_float": is_float, "norms": norms, "params": params, "scale": float(scaler.get_scale())})
     return result
 
 
+def reference_clipped_step(model, inputs, targets, optimizer, scaler, device_type, dtype, max_norm):
+    import torch
+    from torch import nn
+    optimizer.zero_grad(set_to_none=True)
+    with torch.autocast(device_type, dtype=dtype):
+        loss = nn.functional.cross_entropy(model(inputs), targets)
+    scaler.scale(loss).backward()
+    scaler.unscale_(optimizer)
+    norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    scaler.step(optimizer)
+    scaler.update()
+    return float(norm)
+
+
+@functools.lru_cache(maxsize=1)  # the same few milliseconds of work for every submission
+def clipped_generated_expected() -> list[dict]:
+    """observe_clipped_generated's models and batches, rebuilt here (the same seeds), stepped twice by a
+    correct clipped AMP step: what the student's steps must give. The grader's random state is kept."""
+    import copy
+    import random
+
+    import torch
+    from torch import nn
+
+    rng = random.Random(44)
+    expected = []
+    with torch.random.fork_rng(devices=[]):
+        for case in range(4):
+            width, batch, classes = rng.randint(3, 12), rng.randint(2, 9), rng.randint(2, 5)
+            torch.manual_seed(100 + case)
+            model = nn.Sequential(nn.Linear(5, width), nn.GELU(), nn.Linear(width, classes))
+            data = [(torch.randn(batch, 5) * rng.uniform(0.5, 4), torch.randint(0, classes, (batch,))) for _ in range(2)]
+            probe = copy.deepcopy(model)
+            nn.functional.cross_entropy(probe(data[0][0]), data[0][1]).backward()
+            true_norm = float(torch.cat([p.grad.flatten() for p in probe.parameters()]).norm())
+            max_norm = true_norm * (rng.uniform(0.05, 0.5) if case % 2 == 0 else rng.uniform(2, 5))
+            init_scale = 2.0 ** rng.randint(6, 14)
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.2)
+            scaler = torch.amp.GradScaler("cpu", init_scale=init_scale, growth_interval=1)
+            norms, params = [], []
+            for inputs, targets in data:
+                norms.append(reference_clipped_step(model, inputs, targets, optimizer, scaler, "cpu", torch.float16, max_norm))
+                params.append(torch.cat([p.detach().flatten() for p in model.parameters()]).double().tolist())
+            expected.append({"width": width, "batch": batch, "max_norm": max_norm, "clips": case % 2 == 0,
+                             "norms": norms, "params": params, "scale": float(scaler.get_scale())})
+    return expected
+
+
+def _max_gap(got, want):
+    if not isinstance(got, list) or len(got) != len(want):
+        return float("inf")
+    return max((abs(a - b) for a, b in zip(got, want)), default=0.0)
+
+
 def judge_clipped_generated(d):
-    for r in d:
+    expected = clipped_generated_expected()
+    if len(d) != len(expected):
+        return f"{len(d)} of {len(expected)} models observed"
+    for got, r in zip(d, expected):
         where = f"a {r['width']}-wide model, batch {r['batch']}, max_norm {r['max_norm']:.3g}" + (
             " (below the gradients' norm)" if r["clips"] else " (above it)")
-        if not r["is_float"]:
+        if not got["is_float"]:
             return f"{where}: clipped_step must return a float"
-        if r["norms"][0] is None or not abs(r["norms"][0] - r["expected_norms"][0]) <= 1e-3 * r["expected_norms"][0]:
-            return f"{where}: returned {r['norms'][0]}, not the true gradient norm before clipping"
-        if not r["param_diff"][0] <= 1e-5:
+        if len(got["norms"]) != 2 or len(got["params"]) != 2:
+            return f"{where}: two steps expected"
+        if got["norms"][0] is None or not abs(got["norms"][0] - r["norms"][0]) <= 1e-3 * r["norms"][0]:
+            return f"{where}: returned {got['norms'][0]}, not the true gradient norm before clipping"
+        if not _max_gap(got["params"][0], r["params"][0]) <= 1e-5:
             return f"{where}: the parameters after one step differ from a correct clipped AMP step"
-        if not r["param_diff"][1] <= 1e-5 or not abs((r["norms"][1] or 0) - r["expected_norms"][1]) <= 1e-3 * r["expected_norms"][1]:
+        if not _max_gap(got["params"][1], r["params"][1]) <= 1e-5 or not abs((got["norms"][1] or 0) - r["norms"][1]) <= 1e-3 * r["norms"][1]:
             return f"{where}: two steps in a row: the second step differs (are the gradients zeroed each step?)"
-        if r["scale"] != r["expected_scale"]:
-            return f"{where}: the scale after two good steps is {r['scale']:g}, expected {r['expected_scale']:g}"
+        if got["scale"] != r["scale"]:
+            return f"{where}: the scale after two good steps is {got['scale']:g}, expected {r['scale']:g}"
     return None
 
 
@@ -454,6 +503,8 @@ def observe_clipped_overflow(ns):
 
 
 def judge_clipped_overflow(d):
+    if len(d) != 2:
+        return f"{len(d)} of 2 overflowing steps observed"
     for number, s in enumerate(d, 1):
         if not s["unchanged"]:
             return f"overflowing step {number}: the parameters changed; scaler.step must skip a step with inf/NaN gradients"
