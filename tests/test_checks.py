@@ -512,3 +512,38 @@ def test_fixture_judged_in_process_as_its_first_line_says(kind, exercise, path):
     else:
         reason = classroom.intended(path)[1]
         assert any(reason in line for line in failures), f"no ✗ line with {reason!r}; got {failures}"
+
+
+def _global_names(code) -> set[str]:
+    """The global names a function's code (and the code nested in it) reads."""
+    import dis
+
+    names = {i.argval for i in dis.get_instructions(code) if i.opname in ("LOAD_GLOBAL", "LOAD_NAME")}
+    for const in code.co_consts:
+        if hasattr(const, "co_code"):
+            names |= _global_names(const)
+    return names
+
+
+def test_every_observer_is_self_contained():
+    """The grader sends an observer's own source into the sandbox: every global name it reads must be a
+    builtin (its imports are inside it), never a name of the module it is written in."""
+    import builtins
+    import inspect
+
+    import engine
+
+    leaks = []
+    for exercise in checks.exercises():
+        hidden = engine.load_checks(exercise.assignment)
+        for case_id, case in engine.cases_for(hidden, exercise.name):
+            source = inspect.getsource(case.observe)
+            if not source.lstrip().startswith("def "):
+                leaks.append(f"{case_id}: its observer is not a def")
+                continue
+            code = compile(inspect.cleandoc(source) if source[:1].isspace() else source, "<observer>", "exec")
+            function = next(c for c in code.co_consts if hasattr(c, "co_code"))
+            outside = sorted(n for n in _global_names(function) if not hasattr(builtins, n))
+            if outside:
+                leaks.append(f"{case_id} ({case.observe.__name__}): reads {outside}")
+    assert not leaks, "\n".join(leaks)
