@@ -121,18 +121,48 @@ def observe_pad_function(ns):
         model = model.double()
         padded = answer(ns, "pad_mlp")(model, **({"multiple": 16} if "16" in name else {}))
         x = 10 * torch.randn(64, model[0].in_features, generator=g, dtype=torch.float64)
-        with torch.no_grad():
-            result[name] = float((padded(x) - model(x)).abs().max())
+        with torch.no_grad():  # the padded model's output: the judge computes the original's itself
+            result[name] = padded(x).double().reshape(-1).tolist()
     return result
 
 
 PAD_FUNCTION_MODELS = ["sigmoid", "LeakyReLU(0.2) and ELU(0.5)", "softplus(beta=2), multiple=16"]
 
 
+def pad_function_expected() -> dict:
+    """observe_pad_function's models and inputs, rebuilt here (the same seeds): name -> the original
+    model's output, flattened. The grader's random state is kept."""
+    import torch
+    from torch import nn
+    g = torch.Generator().manual_seed(5)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(5)
+        models = {
+            "sigmoid": nn.Sequential(nn.Linear(6, 9), nn.Sigmoid(), nn.Linear(9, 13), nn.Sigmoid(), nn.Linear(13, 2)),
+            "LeakyReLU(0.2) and ELU(0.5)": nn.Sequential(nn.Linear(4, 3), nn.LeakyReLU(0.2), nn.Linear(3, 17), nn.ELU(0.5),
+                                                         nn.Linear(17, 5)),
+            "softplus(beta=2), multiple=16": nn.Sequential(nn.Linear(3, 21), nn.Softplus(beta=2.0), nn.Linear(21, 1)),
+        }
+    expected = {}
+    for name, model in models.items():
+        model = model.double()
+        x = 10 * torch.randn(64, model[0].in_features, generator=g, dtype=torch.float64)
+        with torch.no_grad():
+            expected[name] = model(x).reshape(-1).tolist()
+    return expected
+
+
+def _max_diff(got, want) -> float:
+    if not isinstance(got, list) or len(got) != len(want):
+        return float("inf")
+    return max((abs(a - b) for a, b in zip(got, want)), default=float("inf"))
+
+
 def judge_function(d):
-    if sorted(d) != sorted(PAD_FUNCTION_MODELS):
+    expected = pad_function_expected()
+    if sorted(d) != sorted(expected):
         return "not every model was padded"
-    bad = [name for name, diff in d.items() if not diff < 1e-9]
+    bad = [name for name, want in expected.items() if not _max_diff(d[name], want) < 1e-9]
     return f"the padded model computes something else with {', '.join(bad)}" if bad else None
 
 
@@ -147,13 +177,14 @@ def observe_pad_without_bias(ns):
         "no bias, then a bias": nn.Sequential(nn.Linear(7, 5, bias=False), nn.Sigmoid(), nn.Linear(5, 11),
                                               nn.Tanh(), nn.Linear(11, 3, bias=False)),
     }
+    g = torch.Generator().manual_seed(6)
     result = {}
     for name, model in models.items():
         model = model.double()
         padded = answer(ns, "pad_mlp")(model)
-        x = torch.randn(16, model[0].in_features, dtype=torch.float64)
+        x = torch.randn(16, model[0].in_features, generator=g, dtype=torch.float64)
         with torch.no_grad():
-            result[name] = {"diff": float((padded(x) - model(x)).abs().max()),
+            result[name] = {"out": padded(x).double().reshape(-1).tolist(),
                             "widths": [m.out_features for m in padded.modules() if isinstance(m, nn.Linear)][:-1]}
     return result
 
@@ -161,13 +192,35 @@ def observe_pad_without_bias(ns):
 WITHOUT_BIAS_HIDDEN = {"no bias anywhere": [16], "no bias, then a bias": [8, 16]}  # 13 -> 16; 5, 11 -> 8, 16
 
 
+def without_bias_expected() -> dict:
+    """observe_pad_without_bias' models and inputs, rebuilt here: name -> the original model's output."""
+    import torch
+    from torch import nn
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(6)
+        models = {
+            "no bias anywhere": nn.Sequential(nn.Linear(10, 13, bias=False), nn.GELU(), nn.Linear(13, 5, bias=False)),
+            "no bias, then a bias": nn.Sequential(nn.Linear(7, 5, bias=False), nn.Sigmoid(), nn.Linear(5, 11),
+                                                  nn.Tanh(), nn.Linear(11, 3, bias=False)),
+        }
+    g = torch.Generator().manual_seed(6)
+    expected = {}
+    for name, model in models.items():
+        model = model.double()
+        x = torch.randn(16, model[0].in_features, generator=g, dtype=torch.float64)
+        with torch.no_grad():
+            expected[name] = model(x).reshape(-1).tolist()
+    return expected
+
+
 def judge_without_bias(d):
     if sorted(d) != sorted(WITHOUT_BIAS_HIDDEN):
         return "not every model was padded"
+    expected = without_bias_expected()
     for name, r in d.items():
         if r["widths"] != WITHOUT_BIAS_HIDDEN[name]:
             return f"{name}: hidden widths {r['widths']} are not each rounded up to the next multiple of 8"
-        if not r["diff"] < 1e-9:
+        if not _max_diff(r["out"], expected[name]) < 1e-9:
             return f"{name}: the padded model computes something else"
     return None
 
@@ -178,17 +231,31 @@ def observe_pad_dtypes(ns):
     from gpucourse.checks import answer
     from gpucourse.tensor_cores import example_mlp
 
-    torch.manual_seed(7)
+    g = torch.Generator().manual_seed(7)
     result = {}
     for dtype in (torch.float32, torch.bfloat16):
+        torch.manual_seed(7)
         model = example_mlp([12, 19, 6, 3], nn.Sigmoid).to(dtype)
         padded = answer(ns, "pad_mlp")(model)
-        x = torch.randn(8, 12).to(dtype)
+        x = torch.randn(8, 12, generator=g).to(dtype)
         with torch.no_grad():
-            out, expected = padded(x), model(x)
+            out = padded(x)
         result[str(dtype)] = {"params": sorted({str(p.dtype) for p in padded.parameters()}), "out": str(out.dtype),
-                              "diff": float((out.float() - expected.float()).abs().max())}
+                              "values": out.double().reshape(-1).tolist()}
     return result
+
+
+def dtypes_expected() -> list[float]:
+    """observe_pad_dtypes' float32 model and input, rebuilt here: the original model's output."""
+    import torch
+    from torch import nn
+    from gpucourse.tensor_cores import example_mlp
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(7)
+        model = example_mlp([12, 19, 6, 3], nn.Sigmoid)
+    x = torch.randn(8, 12, generator=torch.Generator().manual_seed(7))
+    with torch.no_grad():
+        return model(x).double().reshape(-1).tolist()
 
 
 def judge_dtypes(d):
@@ -197,7 +264,7 @@ def judge_dtypes(d):
     for dtype, r in d.items():
         if r["params"] != [dtype] or r["out"] != dtype:
             return f"a {dtype.removeprefix('torch.')} model came back with {', '.join(r['params'])} parameters"
-    if not d["torch.float32"]["diff"] < 1e-5:
+    if not _max_diff(d["torch.float32"]["values"], dtypes_expected()) < 1e-5:
         return "a float32 model: the padded model computes something else"
     return None
 
