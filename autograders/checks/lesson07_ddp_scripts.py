@@ -59,6 +59,7 @@ def judge_missing_gradients(d):
 # 2. each micro-batch's loss (MSE) divided by accum_steps                                 -> every case (weights)
 # 3. a last, shorter group still steps, its losses still divided by accum_steps           -> "does not divide"
 # 4. DDP all-reduces once per optimizer step: no_sync() on the group's other micro-batches -> every case (rounds)
+#    and no collective of the answer's own besides (an all-reduce per step of its own)    -> every case (own collectives)
 # 5. accum_steps=1: a step and an all-reduce after every micro-batch                      -> "accum_steps=1"
 # 6. the ranks' micro-batches may differ in size: still the weights of one process        -> "unequal sizes"
 #    averaging the ranks' mean losses
