@@ -117,6 +117,11 @@ SHAPED = {
     ("average_gradients", "both ranks end with DDP's weights"): {
         "returncode": 0, "tail": "", "ranks": {r: {"rank": int(r), "weights": [0.0], "max_gap_to_ddp": 0.0} for r in ("0", "1")}},
     ("sbatch_for", "tasks per node"): {"requests": [], "texts": []},
+    ("pad_to_bucket", "torch.compile(dynamic=False)"): {"graphs": 1, "widths": [8], "needed": [8], "max_diff": 0.0,
+                                                        "outputs": []},
+    ("pad_mlp", "float32 and bfloat16"): {"torch.float32": {"params": ["torch.float32"], "out": "torch.float32", "diff": 0.0,
+                                                            "values": []},
+                                          "torch.bfloat16": {"params": ["torch.bfloat16"], "out": "torch.bfloat16"}},
 }
 
 
