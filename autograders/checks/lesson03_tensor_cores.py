@@ -108,22 +108,28 @@ def observe_pad_function(ns):
     from torch import nn
     from gpucourse.checks import answer
 
-    g = torch.Generator().manual_seed(5)
-    torch.manual_seed(5)
-    models = {
-        "sigmoid": nn.Sequential(nn.Linear(6, 9), nn.Sigmoid(), nn.Linear(9, 13), nn.Sigmoid(), nn.Linear(13, 2)),
-        "LeakyReLU(0.2) and ELU(0.5)": nn.Sequential(nn.Linear(4, 3), nn.LeakyReLU(0.2), nn.Linear(3, 17), nn.ELU(0.5),
-                                                     nn.Linear(17, 5)),
-        "softplus(beta=2), multiple=16": nn.Sequential(nn.Linear(3, 21), nn.Softplus(beta=2.0), nn.Linear(21, 1)),
-    }
-    result = {}
-    for name, model in models.items():
-        model = model.double()
-        padded = answer(ns, "pad_mlp")(model, **({"multiple": 16} if "16" in name else {}))
-        x = 10 * torch.randn(64, model[0].in_features, generator=g, dtype=torch.float64)
-        with torch.no_grad():  # the padded model's output: the judge computes the original's itself
-            result[name] = padded(x).double().reshape(-1).tolist()
-    return result
+    # the judge computes in full float32 precision; the notebook may have set "high" (TF32 or bf16 passes)
+    precision = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision("highest")
+    try:
+        g = torch.Generator().manual_seed(5)
+        torch.manual_seed(5)
+        models = {
+            "sigmoid": nn.Sequential(nn.Linear(6, 9), nn.Sigmoid(), nn.Linear(9, 13), nn.Sigmoid(), nn.Linear(13, 2)),
+            "LeakyReLU(0.2) and ELU(0.5)": nn.Sequential(nn.Linear(4, 3), nn.LeakyReLU(0.2), nn.Linear(3, 17), nn.ELU(0.5),
+                                                         nn.Linear(17, 5)),
+            "softplus(beta=2), multiple=16": nn.Sequential(nn.Linear(3, 21), nn.Softplus(beta=2.0), nn.Linear(21, 1)),
+        }
+        result = {}
+        for name, model in models.items():
+            model = model.double()
+            padded = answer(ns, "pad_mlp")(model, **({"multiple": 16} if "16" in name else {}))
+            x = 10 * torch.randn(64, model[0].in_features, generator=g, dtype=torch.float64)
+            with torch.no_grad():  # the padded model's output: the judge computes the original's itself
+                result[name] = padded(x).double().reshape(-1).tolist()
+        return result
+    finally:
+        torch.set_float32_matmul_precision(precision)
 
 
 PAD_FUNCTION_MODELS = ["sigmoid", "LeakyReLU(0.2) and ELU(0.5)", "softplus(beta=2), multiple=16"]
@@ -135,7 +141,8 @@ def pad_function_expected() -> dict:
     import torch
     from torch import nn
     g = torch.Generator().manual_seed(5)
-    with torch.random.fork_rng(devices=[]):
+    from gpucourse.checks.seeded import global_rng  # the grader's threads share torch's generator
+    with global_rng():
         torch.manual_seed(5)
         models = {
             "sigmoid": nn.Sequential(nn.Linear(6, 9), nn.Sigmoid(), nn.Linear(9, 13), nn.Sigmoid(), nn.Linear(13, 2)),
@@ -171,22 +178,28 @@ def observe_pad_without_bias(ns):
     from torch import nn
     from gpucourse.checks import answer
 
-    torch.manual_seed(6)
-    models = {
-        "no bias anywhere": nn.Sequential(nn.Linear(10, 13, bias=False), nn.GELU(), nn.Linear(13, 5, bias=False)),
-        "no bias, then a bias": nn.Sequential(nn.Linear(7, 5, bias=False), nn.Sigmoid(), nn.Linear(5, 11),
-                                              nn.Tanh(), nn.Linear(11, 3, bias=False)),
-    }
-    g = torch.Generator().manual_seed(6)
-    result = {}
-    for name, model in models.items():
-        model = model.double()
-        padded = answer(ns, "pad_mlp")(model)
-        x = torch.randn(16, model[0].in_features, generator=g, dtype=torch.float64)
-        with torch.no_grad():
-            result[name] = {"out": padded(x).double().reshape(-1).tolist(),
-                            "widths": [m.out_features for m in padded.modules() if isinstance(m, nn.Linear)][:-1]}
-    return result
+    # the judge computes in full float32 precision; the notebook may have set "high" (TF32 or bf16 passes)
+    precision = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision("highest")
+    try:
+        torch.manual_seed(6)
+        models = {
+            "no bias anywhere": nn.Sequential(nn.Linear(10, 13, bias=False), nn.GELU(), nn.Linear(13, 5, bias=False)),
+            "no bias, then a bias": nn.Sequential(nn.Linear(7, 5, bias=False), nn.Sigmoid(), nn.Linear(5, 11),
+                                                  nn.Tanh(), nn.Linear(11, 3, bias=False)),
+        }
+        g = torch.Generator().manual_seed(6)
+        result = {}
+        for name, model in models.items():
+            model = model.double()
+            padded = answer(ns, "pad_mlp")(model)
+            x = torch.randn(16, model[0].in_features, generator=g, dtype=torch.float64)
+            with torch.no_grad():
+                result[name] = {"out": padded(x).double().reshape(-1).tolist(),
+                                "widths": [m.out_features for m in padded.modules() if isinstance(m, nn.Linear)][:-1]}
+        return result
+    finally:
+        torch.set_float32_matmul_precision(precision)
 
 
 WITHOUT_BIAS_HIDDEN = {"no bias anywhere": [16], "no bias, then a bias": [8, 16]}  # 13 -> 16; 5, 11 -> 8, 16
@@ -196,7 +209,8 @@ def without_bias_expected() -> dict:
     """observe_pad_without_bias' models and inputs, rebuilt here: name -> the original model's output."""
     import torch
     from torch import nn
-    with torch.random.fork_rng(devices=[]):
+    from gpucourse.checks.seeded import global_rng  # the grader's threads share torch's generator
+    with global_rng():
         torch.manual_seed(6)
         models = {
             "no bias anywhere": nn.Sequential(nn.Linear(10, 13, bias=False), nn.GELU(), nn.Linear(13, 5, bias=False)),
@@ -231,18 +245,24 @@ def observe_pad_dtypes(ns):
     from gpucourse.checks import answer
     from gpucourse.tensor_cores import example_mlp
 
-    g = torch.Generator().manual_seed(7)
-    result = {}
-    for dtype in (torch.float32, torch.bfloat16):
-        torch.manual_seed(7)
-        model = example_mlp([12, 19, 6, 3], nn.Sigmoid).to(dtype)
-        padded = answer(ns, "pad_mlp")(model)
-        x = torch.randn(8, 12, generator=g).to(dtype)
-        with torch.no_grad():
-            out = padded(x)
-        result[str(dtype)] = {"params": sorted({str(p.dtype) for p in padded.parameters()}), "out": str(out.dtype),
-                              "values": out.double().reshape(-1).tolist()}
-    return result
+    # the judge computes in full float32 precision; the notebook may have set "high" (TF32 or bf16 passes)
+    precision = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision("highest")
+    try:
+        g = torch.Generator().manual_seed(7)
+        result = {}
+        for dtype in (torch.float32, torch.bfloat16):
+            torch.manual_seed(7)
+            model = example_mlp([12, 19, 6, 3], nn.Sigmoid).to(dtype)
+            padded = answer(ns, "pad_mlp")(model)
+            x = torch.randn(8, 12, generator=g).to(dtype)
+            with torch.no_grad():
+                out = padded(x)
+            result[str(dtype)] = {"params": sorted({str(p.dtype) for p in padded.parameters()}), "out": str(out.dtype),
+                                  "values": out.double().reshape(-1).tolist()}
+        return result
+    finally:
+        torch.set_float32_matmul_precision(precision)
 
 
 def dtypes_expected() -> list[float]:
@@ -250,7 +270,8 @@ def dtypes_expected() -> list[float]:
     import torch
     from torch import nn
     from gpucourse.tensor_cores import example_mlp
-    with torch.random.fork_rng(devices=[]):
+    from gpucourse.checks.seeded import global_rng  # the grader's threads share torch's generator
+    with global_rng():
         torch.manual_seed(7)
         model = example_mlp([12, 19, 6, 3], nn.Sigmoid)
     x = torch.randn(8, 12, generator=torch.Generator().manual_seed(7))
