@@ -547,3 +547,28 @@ def test_every_observer_is_self_contained():
             if outside:
                 leaks.append(f"{case_id} ({case.observe.__name__}): reads {outside}")
     assert not leaks, "\n".join(leaks)
+
+
+def test_judges_rebuild_seeded_models_one_thread_at_a_time():
+    """The grader judges in threads; a judge that seeds torch's global generator gets its own draws."""
+    import threading
+
+    import torch
+
+    from gpucourse.checks.seeded import global_rng
+
+    def draws(seed):
+        with global_rng(seed):
+            return [torch.nn.Linear(64, 64).weight.sum().item() for _ in range(20)]
+
+    alone = {seed: draws(seed) for seed in range(4)}
+    together = {}
+    threads = [threading.Thread(target=lambda s=seed: together.__setitem__(s, draws(s))) for seed in range(4) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert together == alone
+    before = torch.random.get_rng_state()
+    draws(0)
+    assert torch.equal(torch.random.get_rng_state(), before), "the global state is put back"
