@@ -1,6 +1,7 @@
 """Hidden checks for lesson 3 (Tensor Cores). Never released; see lesson01's file for the form."""
 
 from gpucourse.checks import Case
+from gpucourse.checks.seeded import filled
 from gpucourse.checks.lesson03 import observe_case_answers  # same observation, exact judges
 
 
@@ -107,6 +108,7 @@ def observe_pad_function(ns):
     import torch
     from torch import nn
     from gpucourse.checks import answer
+    from gpucourse.checks.seeded import filled
 
     # the judge computes in full float32 precision; the notebook may have set "high" (TF32 or bf16 passes)
     precision = torch.get_float32_matmul_precision()
@@ -122,7 +124,7 @@ def observe_pad_function(ns):
         }
         result = {}
         for name, model in models.items():
-            model = model.double()
+            model = filled(model.double(), 5)  # weights no other draw can change: the judge fills the same
             padded = answer(ns, "pad_mlp")(model, **({"multiple": 16} if "16" in name else {}))
             x = 10 * torch.randn(64, model[0].in_features, generator=g, dtype=torch.float64)
             with torch.no_grad():  # the padded model's output: the judge computes the original's itself
@@ -152,7 +154,7 @@ def pad_function_expected() -> dict:
         }
     expected = {}
     for name, model in models.items():
-        model = model.double()
+        model = filled(model.double(), 5)
         x = 10 * torch.randn(64, model[0].in_features, generator=g, dtype=torch.float64)
         with torch.no_grad():
             expected[name] = model(x).reshape(-1).tolist()
@@ -177,6 +179,7 @@ def observe_pad_without_bias(ns):
     import torch
     from torch import nn
     from gpucourse.checks import answer
+    from gpucourse.checks.seeded import filled
 
     # the judge computes in full float32 precision; the notebook may have set "high" (TF32 or bf16 passes)
     precision = torch.get_float32_matmul_precision()
@@ -191,7 +194,7 @@ def observe_pad_without_bias(ns):
         g = torch.Generator().manual_seed(6)
         result = {}
         for name, model in models.items():
-            model = model.double()
+            model = filled(model.double(), 6)  # weights no other draw can change: the judge fills the same
             padded = answer(ns, "pad_mlp")(model)
             x = torch.randn(16, model[0].in_features, generator=g, dtype=torch.float64)
             with torch.no_grad():
@@ -220,7 +223,7 @@ def without_bias_expected() -> dict:
     g = torch.Generator().manual_seed(6)
     expected = {}
     for name, model in models.items():
-        model = model.double()
+        model = filled(model.double(), 6)
         x = torch.randn(16, model[0].in_features, generator=g, dtype=torch.float64)
         with torch.no_grad():
             expected[name] = model(x).reshape(-1).tolist()
@@ -243,6 +246,7 @@ def observe_pad_dtypes(ns):
     import torch
     from torch import nn
     from gpucourse.checks import answer
+    from gpucourse.checks.seeded import filled
     from gpucourse.tensor_cores import example_mlp
 
     # the judge computes in full float32 precision; the notebook may have set "high" (TF32 or bf16 passes)
@@ -253,7 +257,7 @@ def observe_pad_dtypes(ns):
         result = {}
         for dtype in (torch.float32, torch.bfloat16):
             torch.manual_seed(7)
-            model = example_mlp([12, 19, 6, 3], nn.Sigmoid).to(dtype)
+            model = filled(example_mlp([12, 19, 6, 3], nn.Sigmoid), 7).to(dtype)
             padded = answer(ns, "pad_mlp")(model)
             x = torch.randn(8, 12, generator=g).to(dtype)
             with torch.no_grad():
@@ -273,7 +277,7 @@ def dtypes_expected() -> list[float]:
     from gpucourse.checks.seeded import global_rng  # the grader's threads share torch's generator
     with global_rng():
         torch.manual_seed(7)
-        model = example_mlp([12, 19, 6, 3], nn.Sigmoid)
+        model = filled(example_mlp([12, 19, 6, 3], nn.Sigmoid), 7)
     x = torch.randn(8, 12, generator=torch.Generator().manual_seed(7))
     with torch.no_grad():
         return model(x).double().reshape(-1).tolist()

@@ -26,3 +26,21 @@ def global_rng(seed: int | None = None) -> Iterator[None]:
         if seed is not None:
             torch.manual_seed(seed)
         yield
+
+
+def filled(model, seed: int):
+    """``model`` with every ``nn.Linear``'s weight and bias drawn again, uniform in ±1/sqrt(in_features), from
+    a generator of its own seeded ``seed``: the same values in an observer and in a judge, whatever else drew
+    from torch's global generator (the answer, a thread)."""
+    import torch
+    from torch import nn
+
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for module in model.modules():
+            if isinstance(module, nn.Linear):
+                bound = module.in_features ** -0.5
+                for parameter in module.parameters():
+                    draw = torch.rand(parameter.shape, generator=generator, dtype=torch.float64) * 2 - 1
+                    parameter.copy_(draw * bound)
+    return model
