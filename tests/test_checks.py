@@ -446,3 +446,129 @@ def test_one_declaration_per_exercise_drives_notebooks_hidden_checks_and_readme(
     readme = (ROOT / "README.md").read_text()
     assert release.TABLE_START + "\n" + checks.exercise_table() + "\n" + release.TABLE_END in readme, \
         "README.md's table of exercises is stale: run make release"
+
+
+# --- every fixture judged in this process: its exercise's public and hidden cases, as the grader judges them
+
+def _fixture_params():
+    import classroom
+
+    return [pytest.param(kind, exercise, path, id=f"{assignment}/{kind}/{path.stem}")
+            for assignment, kind, exercise, path in classroom.fixtures()]
+
+
+def judge_answer(exercise: str, source: str, filename: str = "<answer>") -> list[str]:
+    """The ✗ lines the grader's judges give an answer cell ``source`` of ``exercise`` (observed here, not
+    in the sandbox: quick enough for one lesson's fixtures, ``-k lesson04``). ``filename``: a file that
+    holds ``source``, for code that reads its own source (Triton's ``@jit``)."""
+    import engine
+
+    assignment = checks.EXERCISES[exercise].assignment if exercise in checks.EXERCISES else None
+    hidden = engine.load_checks(assignment or next(e.assignment for e in checks.exercises() if e.name == exercise))
+    import types
+
+    # as in the runner (and a kernel), the namespace is a real __main__ module: its classes pickle
+    main = types.ModuleType("__main__")
+    ns = main.__dict__
+    ns["__exercise_sources__"] = {exercise: source}
+    saved = sys.modules["__main__"]
+    sys.modules["__main__"] = main
+    try:
+        return _judge_in(ns, hidden, exercise, source, filename)
+    finally:
+        sys.modules["__main__"] = saved
+
+
+def _judge_in(ns, hidden, exercise, source, filename):
+    import engine
+
+    try:
+        exec(compile(source, filename, "exec"), ns)
+    except Exception as error:  # an answer cell that raises still gets every case's verdict
+        print(f"the answer cell raised {type(error).__name__}: {error}")
+    failures = []
+    for case_id, case in engine.cases_for(hidden, exercise):
+        try:
+            observation = {"ok": True, "data": checks.as_data(case.observe(ns))}
+        except checks.AnswerError as error:
+            observation = {"ok": False, "answer": True, "error": str(error)}
+        except Exception as error:
+            observation = {"ok": False, "error": f"{type(error).__name__}: {error}"}
+        verdict = engine._judge(case, observation)
+        if verdict is not None:
+            failures.append(f"✗ {case.name}: {verdict}")
+    return failures
+
+
+@pytest.mark.parametrize("kind, exercise, path", _fixture_params())
+def test_fixture_judged_in_process_as_its_first_line_says(kind, exercise, path):
+    """A wrong fixture fails with a ✗ line holding its first line's reason, a right one passes every case."""
+    import classroom
+
+    checks.exercises()
+    failures = judge_answer(exercise, path.read_text(), str(path))
+    if kind == "right":
+        assert not failures, failures
+    else:
+        reason = classroom.intended(path)[1]
+        assert any(reason in line for line in failures), f"no ✗ line with {reason!r}; got {failures}"
+
+
+def _global_names(code) -> set[str]:
+    """The global names a function's code (and the code nested in it) reads."""
+    import dis
+
+    names = {i.argval for i in dis.get_instructions(code) if i.opname in ("LOAD_GLOBAL", "LOAD_NAME")}
+    for const in code.co_consts:
+        if hasattr(const, "co_code"):
+            names |= _global_names(const)
+    return names
+
+
+def test_every_observer_is_self_contained():
+    """The grader sends an observer's own source into the sandbox: every global name it reads must be a
+    builtin (its imports are inside it), never a name of the module it is written in."""
+    import builtins
+    import inspect
+
+    import engine
+
+    leaks = []
+    for exercise in checks.exercises():
+        hidden = engine.load_checks(exercise.assignment)
+        for case_id, case in engine.cases_for(hidden, exercise.name):
+            source = inspect.getsource(case.observe)
+            if not source.lstrip().startswith("def "):
+                leaks.append(f"{case_id}: its observer is not a def")
+                continue
+            code = compile(inspect.cleandoc(source) if source[:1].isspace() else source, "<observer>", "exec")
+            function = next(c for c in code.co_consts if hasattr(c, "co_code"))
+            outside = sorted(n for n in _global_names(function) if not hasattr(builtins, n))
+            if outside:
+                leaks.append(f"{case_id} ({case.observe.__name__}): reads {outside}")
+    assert not leaks, "\n".join(leaks)
+
+
+def test_judges_rebuild_seeded_models_one_thread_at_a_time():
+    """The grader judges in threads; a judge that seeds torch's global generator gets its own draws."""
+    import threading
+
+    import torch
+
+    from gpucourse.checks.seeded import global_rng
+
+    def draws(seed):
+        with global_rng(seed):
+            return [torch.nn.Linear(64, 64).weight.sum().item() for _ in range(20)]
+
+    alone = {seed: draws(seed) for seed in range(4)}
+    together = {}
+    threads = [threading.Thread(target=lambda s=seed: together.__setitem__(s, draws(s))) for seed in range(4) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert together == alone
+    before = torch.random.get_rng_state()
+    draws(0)
+    assert torch.equal(torch.random.get_rng_state(), before), "the global state is put back"

@@ -88,10 +88,20 @@ def observe_item_order(ns):
     return result
 
 
+def _item_order_values():
+    """observe_item_order's items, rebuilt here: a judge never takes its expected values from an observation."""
+    import random
+    rng = random.Random(1)
+    values = [rng.randint(-50, 50) for _ in range(7)]
+    values[4] = values[1]
+    return values
+
+
 def judge_item_order(d):
+    expected = _item_order_values()
     for kind in ("io", "cpu"):
-        if d[kind] != d["expected"]:
-            if sorted(d[kind] or []) == sorted(d["expected"]):
+        if d[kind] != expected:
+            if isinstance(d[kind], list) and sorted(map(str, d[kind])) == sorted(map(str, expected)):
                 return f"kind='{kind}': the right results in another order: keep the order of items"
             return f"kind='{kind}': results are not [fn(x) for x in items]"
     return None
@@ -111,8 +121,9 @@ def observe_list_one_and_none(ns):
 
 def judge_list_one_and_none(d):
     expected = {"one": [49], "none": []}
-    for key, got in d.items():
+    for key in ("io/one", "io/none", "cpu/one", "cpu/none"):  # the judge's keys, not the observation's
         kind, name = key.split("/")
+        got = d[key]
         if not got["is_list"]:
             return f"kind='{kind}' returned a {got['type']}, not a list"
         if got["values"] != expected[name]:
@@ -139,7 +150,13 @@ def observe_other_kinds(ns):
     return result
 
 
+OTHER_KINDS = ["'gpu' with 1 item(s)", "'CPU' with 1 item(s)", "'IO' with 2 item(s)", "'threads' with 1 item(s)",
+               "'' with 1 item(s)", "None with 1 item(s)", "'cpu ' with 1 item(s)", "'gpu' with 0 item(s)"]
+
+
 def judge_other_kinds(d):
+    if sorted(d) != sorted(OTHER_KINDS):
+        return "not every other kind was tried"
     wrong = sorted(k for k, v in d.items() if v != "ValueError")
     return f"kind={wrong[0]} gave {d[wrong[0]]}, not ValueError ({len(wrong)} such)" if wrong else None
 
@@ -181,17 +198,27 @@ def observe_dataset_items(ns):
     return {"values": values, "len": len(dataset), "is_dataset": isinstance(dataset, Dataset), "items": items}
 
 
+def _dataset_item_values():
+    """observe_dataset_items' file, rebuilt here (the same seed)."""
+    import random
+    rng = random.Random(11)
+    values = [rng.randint(-999, 999) for _ in range(13)]
+    values[2], values[5], values[9] = 0, 2**40 + 1, -(2**35) - 3
+    return values
+
+
 def judge_dataset_items(d):
+    values = _dataset_item_values()
     if not d["is_dataset"]:
         return "LinesDataset must be a torch.utils.data.Dataset"
-    if d["len"] != len(d["values"]):
-        return f"len(ds) is not the number of lines for a {len(d['values'])}-line file"
+    if d["len"] != len(values):
+        return f"len(ds) is not the number of lines for a {len(values)}-line file"
     odd = [i for i in d["items"] if isinstance(i, str)]
     if odd:
         return f"ds[i] must be a torch.tensor holding line i's integer, got {odd[0]}"
-    wrong = [i for i, (got, want) in enumerate(zip(d["items"], d["values"])) if got != want]
+    wrong = [i for i, want in enumerate(values) if i >= len(d["items"]) or d["items"][i] != want]
     if wrong:
-        return f"{len(wrong)} of {len(d['values'])} items do not hold exactly the integer on their line"
+        return f"{len(wrong)} of {len(values)} items do not hold exactly the integer on their line"
     return None
 
 
@@ -223,9 +250,12 @@ def observe_dataset_bounds(ns):
 
 def judge_dataset_bounds(d):
     expected = {"9 lines": (9, 5), "one line": (1, -31), "no lines": (0, None)}
-    for name, got in d.items():
+    for name, (n, _) in expected.items():  # every file, and every index tried on it
+        got = d[name]
         if (got["len"], got["first"]) != expected[name]:
             return f"a file of {name}: wrong len(ds) or ds[0]"
+        if sorted(got["outcomes"], key=int) != [str(i) for i in sorted({-1, -n, -n - 1, n, n + 4})]:
+            return f"a file of {name}: not every index outside 0 .. len-1 was tried"
         # past the end first: the negative indices are the clause a list's own indexing gets wrong
         for index, outcome in sorted(got["outcomes"].items(), key=lambda item: int(item[0]) < 0):
             if outcome != "IndexError":
@@ -258,11 +288,14 @@ def observe_dataset_pickle_and_workers(ns):
 
 
 def judge_dataset_pickle_and_workers(d):
+    import random
+    rng = random.Random(12)  # observe_dataset_pickle_and_workers' file, rebuilt
+    values = [rng.randint(-10**6, 10**6) for _ in range(11)]
     if isinstance(d["copied"], str):
         return f"after reading items, the dataset no longer pickles ({d['copied']})"
-    if d["copied"] != d["values"]:
+    if d["copied"] != values:
         return "the unpickled dataset gives other items than the file holds"
-    if d["loaded"] != d["values"]:
+    if d["loaded"] != values:
         return "DataLoader(num_workers=2) gives other items than the file holds"
     return None
 
@@ -338,11 +371,46 @@ def observe_generated_ranks(ns):
     return {**run_exercise_script(ns, "average_across_ranks", inputs=inputs), "inputs": inputs}
 
 
+PUBLIC_RANK_INPUTS = {"shards": [[n, r, 2] for n in (10, 7) for r in (0, 1)],
+                      "tensors": [{"dtype": "float32", "shape": [2], "values": {"0": [1.0, 0.0], "1": [2.0, 10.0]}}]}
+
+
+def generated_rank_inputs() -> dict:
+    """observe_generated_ranks' inputs, rebuilt here (the same seed)."""
+    import random
+    rng = random.Random(5)
+    shards = []
+    for world_size, n in [(1, 4), (2, 0), (2, 9), (3, 2), (3, 3 * rng.randint(3, 6) + 1), (5, rng.randint(11, 19))]:
+        shards += [[n, rank, world_size] for rank in range(world_size)]
+    tensors = []
+    for dtype, shape in [("float64", [3]), ("float32", [2, 3]), ("float64", [])]:
+        size = 1
+        for s in shape:
+            size *= s
+        tensors.append({"dtype": dtype, "shape": shape,
+                        "values": {str(r): [round(rng.uniform(-100, 100), 3) for _ in range(size)] for r in range(2)}})
+    return {"shards": shards, "tensors": tensors}
+
+
+def _rank_inputs(d) -> "dict | None":
+    """Which of the two input sets the judge knows the observation claims to answer (the public launch's
+    own, when it already broke a clause, or the generated one); None for any other."""
+    for known in (PUBLIC_RANK_INPUTS, generated_rank_inputs()):
+        if d.get("inputs") == known:
+            return known
+    return None
+
+
 def judge_generated_shards(d):
     ran = judge_script_ran(d)
     if ran:
         return ran
+    inputs = _rank_inputs(d)
+    if inputs is None:
+        return "the inputs were changed while checking"
     calls = d["ranks"]["0"]["generated"]["shards"]
+    if [c.get("args") for c in calls] != inputs["shards"]:
+        return "shard_indices was not called on every generated input"
     for call in calls:
         n, rank, world_size = call["args"]
         where = f"shard_indices({n}, {rank}, {world_size})"
@@ -365,8 +433,13 @@ def judge_generated_new_tensor(d):
     ran = judge_script_ran(d)
     if ran:
         return ran
+    inputs = _rank_inputs(d)
+    if inputs is None:
+        return "the inputs were changed while checking"
     for rank, record in sorted(d["ranks"].items()):
-        for spec, got in zip(d["inputs"]["tensors"], record["generated"]["averages"]):
+        if len(record["generated"]["averages"]) != len(inputs["tensors"]):
+            return f"rank {rank}: average_across_ranks was not called on every generated tensor"
+        for spec, got in zip(inputs["tensors"], record["generated"]["averages"]):
             if "error" in got:
                 return f"average_across_ranks raised {got['error']} for a {spec['dtype']} tensor of shape {spec['shape']}"
             if not got["input_unchanged"]:
@@ -380,8 +453,13 @@ def judge_generated_mean(d):
     ran = judge_script_ran(d)
     if ran:
         return ran
+    inputs = _rank_inputs(d)
+    if inputs is None:
+        return "the inputs were changed while checking"
     results = {rank: record["generated"]["averages"] for rank, record in d["ranks"].items()}
-    for i, spec in enumerate(d["inputs"]["tensors"]):
+    if any(len(averages) != len(inputs["tensors"]) for averages in results.values()):
+        return "average_across_ranks was not called on every generated tensor"
+    for i, spec in enumerate(inputs["tensors"]):
         per_rank = list(spec["values"].values())
         mean = [sum(vs) / len(vs) for vs in zip(*per_rank)]
         for rank, averages in sorted(results.items()):

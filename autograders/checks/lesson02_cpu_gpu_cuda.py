@@ -28,17 +28,31 @@ def observe_positions_values(ns):
     return result
 
 
+def _positions_inputs():
+    """observe_positions_values' inputs, rebuilt here (the same seed), as nested lists."""
+    import torch
+    g = torch.Generator().manual_seed(2)
+    inputs = [torch.randn(1, 7, 1, generator=g, dtype=torch.float64), torch.randn(3, 13, 2, generator=g, dtype=torch.float64),
+              torch.randn(2, 1, 4, generator=g, dtype=torch.float64),
+              torch.randn(5, 2, 3, generator=g, dtype=torch.float64).transpose(0, 1)]
+    return [x.tolist() for x in inputs]
+
+
 def judge_positions_values(d):
-    for entry in d:
-        batch, length, dim = entry["shape"]
-        if entry["out_shape"] != entry["shape"]:
-            return f"for x of shape {entry['shape']} the result has shape {entry['out_shape']}"
+    inputs = _positions_inputs()
+    if len(d) != len(inputs):
+        return f"{len(d)} of {len(inputs)} inputs observed"
+    for x, entry in zip(inputs, d):
+        shape = [len(x), len(x[0]), len(x[0][0])]
+        batch, length, dim = shape
+        if entry["out_shape"] != shape:
+            return f"for x of shape {shape} the result has shape {entry['out_shape']}"
         for b in range(batch):
             for j in range(length):
                 for k in range(dim):
                     # float32 positions cast to float64 are fine: an off-by-one is off by 1/length
-                    if not abs(entry["out"][b][j][k] - (entry["x"][b][j][k] + j / length)) <= 1e-6:  # NaN is never close
-                        return f"for x of shape {entry['shape']} (random values) the result is not x + p"
+                    if not abs(entry["out"][b][j][k] - (x[b][j][k] + j / length)) <= 1e-6:  # NaN is never close
+                        return f"for x of shape {shape} (random values) the result is not x + p"
     return None
 
 
@@ -61,16 +75,37 @@ def observe_positions_follow_x(ns):
     return result
 
 
+def _follow_x_inputs():
+    """observe_positions_follow_x's inputs, rebuilt here: key -> x as nested lists (None on meta)."""
+    import torch
+    g = torch.Generator().manual_seed(3)
+    inputs = {}
+    for device, dtype, shape in [("cpu", torch.float64, (2, 6, 3)), ("cpu", torch.bfloat16, (3, 9, 2)),
+                                 ("cpu", torch.float16, (1, 5, 4)), ("meta", torch.bfloat16, (4, 3, 1)),
+                                 ("meta", torch.float64, (2, 11, 5))]:
+        base = torch.rand(shape, generator=g) * 2 - 1
+        inputs[f"{device}/{dtype}/{list(shape)}"] = base.to(dtype).double().tolist() if device == "cpu" else None
+    return inputs
+
+
 def judge_positions_follow_x(d):
     tolerance = {"torch.float64": 1e-6, "torch.bfloat16": 2**-6, "torch.float16": 2**-9}  # a few of the dtype's ulps
-    for key, entry in d.items():
+    inputs = _follow_x_inputs()
+    if sorted(d) != sorted(inputs):
+        return "not every device, dtype and shape was tried"
+    for key, x in inputs.items():
+        entry = d[key]
         device, dtype, shape = key.split("/")
         if (entry["device"], entry["dtype"], str(entry["shape"])) != (device, dtype, shape):
             return (f"for x on {device} as {dtype} of shape {shape} the result was "
                     f"{entry['device']}/{entry['dtype']}/{entry['shape']}")
-        if "out" in entry:
-            length = len(entry["x"][0])
-            for xb, ob in zip(entry["x"], entry["out"]):
+        if x is not None:
+            if "out" not in entry:
+                return f"for x on {device} as {dtype} the result could not be read"
+            length = len(x[0])
+            if len(entry["out"]) != len(x):
+                return f"for x as {dtype} the values are not x + p (to {dtype} precision)"
+            for xb, ob in zip(x, entry["out"]):
                 for j, (xr, orow) in enumerate(zip(xb, ob)):
                     for xv, ov in zip(xr, orow):
                         want = xv + j / length
@@ -134,12 +169,17 @@ def observe_measure_median_even(ns):
     return {str(len(plan)): {"seconds": float(seconds), "launches": device.launches, "plan": sorted(plan)}}
 
 
+MEASURE_PLANS = {"5": [0.02, 0.3, 0.06, 0.04, 0.1], "4": [0.04, 0.3, 0.02, 0.07]}  # the observers' per-call times
+
+
 def judge_measure_median(d):
+    if len(d) != 1 or next(iter(d)) not in MEASURE_PLANS:
+        return "one measurement of a known plan expected"
     for repeats, got in d.items():
         n = int(repeats)
         if got["launches"] != 1 + n:
             return f"with warmup=1, repeats={n}, run should be called {1 + n} times, was called {got['launches']}"
-        times = got["plan"]
+        times = sorted(MEASURE_PLANS[repeats])
         low, high = times[(n - 1) // 2], times[n // 2]  # the middle one, or the two middle ones
         mean = sum(times) / n  # the bound halfway to the mean leaves room for a busy machine's delays
         if not 0.85 * low <= got["seconds"] <= (high + mean) / 2:
@@ -176,14 +216,15 @@ def observe_measure_defaults(ns):
             "2/5": {"seconds": float(seconds), "launches": device.launches, "work": 0.025}}
 
 
-def _judge_runs_and_seconds(d, work=0.03):
-    for key, got in d.items():
-        if "/" not in key:
-            continue
+def _judge_runs_and_seconds(d, runs=None):
+    """``runs``: {"warmup/repeats": seconds of work per call}, what the observer ran (the judge's own)."""
+    runs = runs if runs is not None else {"3/3": 0.03, "0/3": 0.03}
+    for key, expected in runs.items():
+        got = d[key]
         warmup, repeats = (int(v) for v in key.split("/"))
         if got["launches"] != warmup + repeats:
             return f"with warmup={warmup}, repeats={repeats}, run should be called {warmup + repeats} times, was called {got['launches']}"
-        seconds, expected = got["seconds"], got.get("work", work)
+        seconds = got["seconds"]
         if not 0.6 * expected <= seconds <= 1.8 * expected:
             return (f"with warmup={warmup}, repeats={repeats}: measured {1000 * seconds:.1f} ms per call for "
                     f"{1000 * expected:.0f} ms of work per call")
@@ -193,7 +234,11 @@ def _judge_runs_and_seconds(d, work=0.03):
 def judge_measure_defaults(d):
     if not d["is_float"]:
         return f"measure returned a {d['type']}: return the seconds as a float"
-    return _judge_runs_and_seconds(d)
+    return _judge_runs_and_seconds(d, {"2/5": 0.025})
+
+
+def judge_measure_one_repeat(d):
+    return _judge_runs_and_seconds(d, {"2/1": 0.02})
 
 
 # --- sync_lines ---------------------------------------------------------------------------
@@ -215,6 +260,8 @@ def observe_sync_lines_as_given(ns):
 
 def _sync_judge(expected, what):
     def judge(d):
+        if not d["lines"] and not d["not_ints"]:
+            return "no line numbers given"
         if d["not_ints"]:
             return None  # reported once, by the "ints" case
         missed = len(set(expected) - set(d["lines"]))
@@ -225,7 +272,15 @@ def _sync_judge(expected, what):
 SYNC_LINES = {4, 6, 8, 10, 11, 13}
 
 
+def judge_sync_ints(d):
+    if d["not_ints"]:
+        return f"give the line numbers as ints, got {d['not_ints'][0]}"
+    return None if d["lines"] else "no line numbers given"
+
+
 def judge_sync_only_queue(d):
+    if not d["lines"]:
+        return "no line numbers given"
     extra = len(set(d["lines"]) - SYNC_LINES)
     return f"{extra} line(s) chosen that only queue work" if extra else None
 
@@ -236,6 +291,9 @@ def judge_sync_only_queue(d):
 # 2. for any block_size the launcher is given (powers of two, 16 to 1024)                      -> "generated sizes ...", "large blocks ..."
 # 3. in out's dtype: float16 and float64 too                                                     -> "float64 and float16 ..."
 # 4. writes nothing outside out, leaves x and y unchanged, returns out itself                      -> every case (each row records it)
+# 5. one pass: one kernel launch per call, no tensor computed or allocated in torch around it      -> "one pass ..."
+# 6. each program handles block_size elements: the kernel's tl.arange is block_size wide           -> "one pass ..."
+#    (a kernel with its own fixed block ignores the argument even where its results are right)
 # The launches run in Triton's interpreter on guarded CPU tensors in a child process (probe_launch).
 
 def observe_triton_generated(ns):
@@ -267,9 +325,126 @@ def observe_triton_dtypes(ns):
             "rows": probe_launch(answer(ns, "scaled_add"), configs, alpha=1.25, namespaces=[ns], seed=14)}
 
 
-def judge_triton_generated(d):
-    from gpucourse.kernels import probe_problem
-    return probe_problem(d["rows"], configs=d["configs"])
+TRITON_GENERATED = 6  # launches each case makes: the judges count them, never the observation
+TRITON_LARGE = 3
+TRITON_DTYPES = 4
+
+
+def _judge_triton_rows(count):
+    def judge(d):
+        from gpucourse.kernels import probe_problem
+        rows = d["rows"]
+        if len(rows) < count:  # a crash or a timeout ends the rows early: say that first
+            return probe_problem(rows) or f"only {len(rows)} of {count} launches reported"
+        return probe_problem(rows, configs=count)
+    return judge
+
+
+judge_triton_generated = _judge_triton_rows(TRITON_GENERATED)
+judge_triton_large = _judge_triton_rows(TRITON_LARGE)
+judge_triton_dtypes = _judge_triton_rows(TRITON_DTYPES)
+
+TRITON_ONE_PASS = [(1, 16, "float32"), (37, 16, "float32"), (100, 32, "float32"), (64, 64, "float32"),
+                   (300, 128, "float32"), (77, 32, "float16")]  # (n, block_size, dtype)
+TRITON_ONE_PASS_ALPHA = 1.5
+
+
+def observe_triton_one_pass(ns):
+    """Each launch in a child process, in Triton's interpreter: the output, how many kernel launches ran,
+    the widths of the kernel's tl.arange, and the torch operations the launcher ran outside its kernel."""
+    import os
+    from gpucourse.checks import answer
+    from gpucourse.kernels import INTERPRET_ENV, kernels_as, run_isolated
+    launcher = answer(ns, "scaled_add")
+    configs = [(1, 16, "float32"), (37, 16, "float32"), (100, 32, "float32"), (64, 64, "float32"),
+               (300, 128, "float32"), (77, 32, "float16")]
+
+    def rows():
+        import torch
+        from torch.utils._python_dispatch import TorchDispatchMode
+        from triton.runtime import interpreter
+        os.environ[INTERPRET_ENV] = "1"
+        seen = {"widths": set(), "launches": 0, "inside": 0, "ops": []}
+        make_range, run = interpreter.InterpreterBuilder.create_make_range, interpreter.InterpretedFunction.run
+
+        def counted_range(self, ret_ty, start, stop):
+            seen["widths"].add(int(stop) - int(start))
+            return make_range(self, ret_ty, start, stop)
+
+        def counted_run(self, *args, **kwargs):
+            seen["launches"] += 1
+            seen["inside"] += 1
+            try:
+                return run(self, *args, **kwargs)
+            finally:
+                seen["inside"] -= 1
+
+        class TorchOutside(TorchDispatchMode):  # what the launcher computes or allocates in torch itself
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                result = func(*args, **(kwargs or {}))
+                if not seen["inside"] and not getattr(func, "is_view", False):
+                    outputs = result if isinstance(result, (tuple, list)) else [result]
+                    if any(isinstance(t, torch.Tensor) and t.numel() > 1 for t in outputs):
+                        seen["ops"].append(str(func.overloadpacket.__name__))
+                return result
+
+        interpreter.InterpreterBuilder.create_make_range = counted_range
+        interpreter.InterpretedFunction.run = counted_run
+        generator = torch.Generator().manual_seed(21)
+        with kernels_as("interpreted", ns, launcher):
+            for n, block_size, dtype_name in configs:
+                dtype = getattr(torch, dtype_name)
+                x = torch.randn(n, generator=generator).to(dtype)
+                y = torch.randn(n, generator=generator).to(dtype)
+                out = torch.full((n,), float("nan"), dtype=dtype)
+                seen.update(widths=set(), launches=0, inside=0, ops=[])
+                row = {"n": n, "block_size": block_size, "dtype": dtype_name}
+                try:
+                    with TorchOutside():
+                        returned = launcher(x, y, 1.5, out, block_size=block_size)
+                except Exception as error:
+                    row["error"] = f"{type(error).__name__}: {error}"[:300]
+                    yield row
+                    continue
+                row.update({"out": out.double().tolist(), "returned_out": returned is out,
+                            "widths": sorted(seen["widths"]), "launches": seen["launches"], "ops": sorted(set(seen["ops"]))})
+                yield row
+
+    return run_isolated(rows)
+
+
+def judge_triton_one_pass(d):
+    import math
+    import torch
+    generator = torch.Generator().manual_seed(21)
+    if len(d) < len(TRITON_ONE_PASS):
+        return next((f"raised {r['error']}" for r in d if "error" in r), None) or \
+            next((f"the process running the kernel died ({r['crashed']})" for r in d if "crashed" in r), None) or \
+            f"only {len(d)} of {len(TRITON_ONE_PASS)} launches reported"
+    for (n, block_size, dtype_name), row in zip(TRITON_ONE_PASS, d):
+        dtype = getattr(torch, dtype_name)
+        x = torch.randn(n, generator=generator).to(dtype)
+        y = torch.randn(n, generator=generator).to(dtype)
+        where = f"n={n}, block_size={block_size}, {dtype_name}"
+        if "error" in row:
+            return f"{where}: raised {row['error']}"
+        if row["launches"] != 1:
+            return f"{where}: {row['launches']} kernel launches for one call: compute alpha * x + y in one kernel"
+        if row["ops"]:
+            return (f"{where}: the launcher computed or allocated tensors in torch ({', '.join(row['ops'])}): "
+                    "one pass, no temporary tensor")
+        if not row["widths"] or max(row["widths"]) != block_size:
+            return (f"{where}: the kernel's blocks are {max(row['widths'], default=0)} elements wide, not "
+                    "block_size: pass block_size to the kernel as its tl.constexpr block")
+        if not row["returned_out"]:
+            return f"{where}: did not return out"
+        want = (TRITON_ONE_PASS_ALPHA * x.double() + y.double()).to(dtype).double().tolist()
+        tolerance = 1e-2 if dtype == torch.float16 else 1e-5
+        got = row["out"]
+        if len(got) != n or not all(isinstance(g, float) and math.isclose(g, w, rel_tol=tolerance, abs_tol=tolerance)
+                                    for g, w in zip(got, want)):
+            return f"{where}: out differs from alpha * x + y"
+    return None
 
 
 HIDDEN = {
@@ -286,12 +461,11 @@ HIDDEN = {
              judge_measure_median),
         Case("warm-up calls run first and stay out of the result; positional arguments", observe_measure_warmup,
              _judge_runs_and_seconds),
-        Case("one repeat: the warm-up's queued work is not timed", observe_measure_one_repeat, _judge_runs_and_seconds),
+        Case("one repeat: the warm-up's queued work is not timed", observe_measure_one_repeat, judge_measure_one_repeat),
         Case("the defaults (warmup=2, repeats=5), and a float", observe_measure_defaults, judge_measure_defaults),
     ],
     "sync_lines": [
-        Case("line numbers are ints", observe_sync_lines_as_given,
-             lambda d: f"give the line numbers as ints, got {d['not_ints'][0]}" if d["not_ints"] else None),
+        Case("line numbers are ints", observe_sync_lines_as_given, judge_sync_ints),
         Case("lines where a GPU value becomes a Python value", observe_sync_lines_as_given,
              _sync_judge({4, 8, 10}, "lines where a GPU value becomes a Python value")),
         Case("copies to the CPU and data-dependent sizes", observe_sync_lines_as_given,
@@ -302,7 +476,9 @@ HIDDEN = {
     "triton_scaled_add": [
         Case("generated sizes next to multiples of the block, negative alpha", observe_triton_generated,
              judge_triton_generated),
-        Case("large blocks (1024), alpha = 0", observe_triton_large_blocks, judge_triton_generated),
-        Case("float64 and float16, other sizes", observe_triton_dtypes, judge_triton_generated),
+        Case("large blocks (1024), alpha = 0", observe_triton_large_blocks, judge_triton_large),
+        Case("float64 and float16, other sizes", observe_triton_dtypes, judge_triton_dtypes),
+        Case("one pass: one kernel launch, block_size elements per program, no temporary tensor",
+             observe_triton_one_pass, judge_triton_one_pass),
     ],
 }

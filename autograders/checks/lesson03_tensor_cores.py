@@ -1,6 +1,7 @@
 """Hidden checks for lesson 3 (Tensor Cores). Never released; see lesson01's file for the form."""
 
 from gpucourse.checks import Case
+from gpucourse.checks.seeded import filled
 from gpucourse.checks.lesson03 import observe_case_answers  # same observation, exact judges
 
 
@@ -39,6 +40,25 @@ def observe_pad_widths(ns):
     return result
 
 
+def pad_width_specs():
+    """observe_pad_widths' (widths, multiple) pairs, rebuilt here (the same seed)."""
+    import random
+    rng = random.Random(3)
+    specs = [([15, 9, 20, 3], None), ([64, 100, 7, 50, 10], None), ([20, 24, 9, 2], 16), ([12, 10, 5, 6], 4),
+             ([7, 11, 1, 4], 3), ([8, 16, 8], None), ([5, 32, 48, 4], 16), ([7, 3], None)]
+    specs += [([rng.randint(1, 40) for _ in range(rng.randint(3, 5))], rng.choice([None, 4, 8, 16])) for _ in range(2)]
+    return specs
+
+
+def _rows(d):
+    """The observed rows, each given the widths and multiple the judge knows it was asked for; ValueError
+    when the observation does not answer exactly those."""
+    specs = pad_width_specs()
+    if len(d) != len(specs) or any([r["widths"], r["multiple"]] != [w, m] for r, (w, m) in zip(d, specs)):
+        raise ValueError("the observation does not answer the generated models")
+    return d
+
+
 def _hidden(widths):
     return widths[1:-1]
 
@@ -48,7 +68,7 @@ def _got_hidden(got):
 
 
 def judge_round_up(d):
-    for row in d:
+    for row in _rows(d):
         m = row["multiple"] or 8
         hidden, got = _hidden(row["widths"]), _got_hidden(row["got"])
         if len(got) != len(hidden):
@@ -60,7 +80,7 @@ def judge_round_up(d):
 
 
 def judge_aligned(d):
-    for row in d:
+    for row in _rows(d):
         m = row["multiple"] or 8
         hidden, got = _hidden(row["widths"]), _got_hidden(row["got"])
         if len(got) != len(hidden):
@@ -72,7 +92,7 @@ def judge_aligned(d):
 
 
 def judge_io(d):
-    for row in d:
+    for row in _rows(d):
         got = row["got"]
         if not got or got[0][0] != row["widths"][0] or got[-1][1] != row["widths"][-1]:
             return (f"widths {row['widths']}: input and output widths must stay as they are, got "
@@ -88,27 +108,70 @@ def observe_pad_function(ns):
     import torch
     from torch import nn
     from gpucourse.checks import answer
+    from gpucourse.checks.seeded import filled
 
+    # the judge computes in full float32 precision; the notebook may have set "high" (TF32 or bf16 passes)
+    precision = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision("highest")
+    try:
+        g = torch.Generator().manual_seed(5)
+        torch.manual_seed(5)
+        models = {
+            "sigmoid": nn.Sequential(nn.Linear(6, 9), nn.Sigmoid(), nn.Linear(9, 13), nn.Sigmoid(), nn.Linear(13, 2)),
+            "LeakyReLU(0.2) and ELU(0.5)": nn.Sequential(nn.Linear(4, 3), nn.LeakyReLU(0.2), nn.Linear(3, 17), nn.ELU(0.5),
+                                                         nn.Linear(17, 5)),
+            "softplus(beta=2), multiple=16": nn.Sequential(nn.Linear(3, 21), nn.Softplus(beta=2.0), nn.Linear(21, 1)),
+        }
+        result = {}
+        for name, model in models.items():
+            model = filled(model.double(), 5)  # weights no other draw can change: the judge fills the same
+            padded = answer(ns, "pad_mlp")(model, **({"multiple": 16} if "16" in name else {}))
+            x = 10 * torch.randn(64, model[0].in_features, generator=g, dtype=torch.float64)
+            with torch.no_grad():  # the padded model's output: the judge computes the original's itself
+                result[name] = padded(x).double().reshape(-1).tolist()
+        return result
+    finally:
+        torch.set_float32_matmul_precision(precision)
+
+
+PAD_FUNCTION_MODELS = ["sigmoid", "LeakyReLU(0.2) and ELU(0.5)", "softplus(beta=2), multiple=16"]
+
+
+def pad_function_expected() -> dict:
+    """observe_pad_function's models and inputs, rebuilt here (the same seeds): name -> the original
+    model's output, flattened. The grader's random state is kept."""
+    import torch
+    from torch import nn
     g = torch.Generator().manual_seed(5)
-    torch.manual_seed(5)
-    models = {
-        "sigmoid": nn.Sequential(nn.Linear(6, 9), nn.Sigmoid(), nn.Linear(9, 13), nn.Sigmoid(), nn.Linear(13, 2)),
-        "LeakyReLU(0.2) and ELU(0.5)": nn.Sequential(nn.Linear(4, 3), nn.LeakyReLU(0.2), nn.Linear(3, 17), nn.ELU(0.5),
-                                                     nn.Linear(17, 5)),
-        "softplus(beta=2), multiple=16": nn.Sequential(nn.Linear(3, 21), nn.Softplus(beta=2.0), nn.Linear(21, 1)),
-    }
-    result = {}
+    from gpucourse.checks.seeded import global_rng  # the grader's threads share torch's generator
+    with global_rng():
+        torch.manual_seed(5)
+        models = {
+            "sigmoid": nn.Sequential(nn.Linear(6, 9), nn.Sigmoid(), nn.Linear(9, 13), nn.Sigmoid(), nn.Linear(13, 2)),
+            "LeakyReLU(0.2) and ELU(0.5)": nn.Sequential(nn.Linear(4, 3), nn.LeakyReLU(0.2), nn.Linear(3, 17), nn.ELU(0.5),
+                                                         nn.Linear(17, 5)),
+            "softplus(beta=2), multiple=16": nn.Sequential(nn.Linear(3, 21), nn.Softplus(beta=2.0), nn.Linear(21, 1)),
+        }
+    expected = {}
     for name, model in models.items():
-        model = model.double()
-        padded = answer(ns, "pad_mlp")(model, **({"multiple": 16} if "16" in name else {}))
+        model = filled(model.double(), 5)
         x = 10 * torch.randn(64, model[0].in_features, generator=g, dtype=torch.float64)
         with torch.no_grad():
-            result[name] = float((padded(x) - model(x)).abs().max())
-    return result
+            expected[name] = model(x).reshape(-1).tolist()
+    return expected
+
+
+def _max_diff(got, want) -> float:
+    if not isinstance(got, list) or len(got) != len(want):
+        return float("inf")
+    return max((abs(a - b) for a, b in zip(got, want)), default=float("inf"))
 
 
 def judge_function(d):
-    bad = [name for name, diff in d.items() if not diff < 1e-9]
+    expected = pad_function_expected()
+    if sorted(d) != sorted(expected):
+        return "not every model was padded"
+    bad = [name for name, want in expected.items() if not _max_diff(d[name], want) < 1e-9]
     return f"the padded model computes something else with {', '.join(bad)}" if bad else None
 
 
@@ -116,29 +179,65 @@ def observe_pad_without_bias(ns):
     import torch
     from torch import nn
     from gpucourse.checks import answer
+    from gpucourse.checks.seeded import filled
 
-    torch.manual_seed(6)
-    models = {
-        "no bias anywhere": nn.Sequential(nn.Linear(10, 13, bias=False), nn.GELU(), nn.Linear(13, 5, bias=False)),
-        "no bias, then a bias": nn.Sequential(nn.Linear(7, 5, bias=False), nn.Sigmoid(), nn.Linear(5, 11),
-                                              nn.Tanh(), nn.Linear(11, 3, bias=False)),
-    }
-    result = {}
+    # the judge computes in full float32 precision; the notebook may have set "high" (TF32 or bf16 passes)
+    precision = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision("highest")
+    try:
+        torch.manual_seed(6)
+        models = {
+            "no bias anywhere": nn.Sequential(nn.Linear(10, 13, bias=False), nn.GELU(), nn.Linear(13, 5, bias=False)),
+            "no bias, then a bias": nn.Sequential(nn.Linear(7, 5, bias=False), nn.Sigmoid(), nn.Linear(5, 11),
+                                                  nn.Tanh(), nn.Linear(11, 3, bias=False)),
+        }
+        g = torch.Generator().manual_seed(6)
+        result = {}
+        for name, model in models.items():
+            model = filled(model.double(), 6)  # weights no other draw can change: the judge fills the same
+            padded = answer(ns, "pad_mlp")(model)
+            x = torch.randn(16, model[0].in_features, generator=g, dtype=torch.float64)
+            with torch.no_grad():
+                result[name] = {"out": padded(x).double().reshape(-1).tolist(),
+                                "widths": [m.out_features for m in padded.modules() if isinstance(m, nn.Linear)][:-1]}
+        return result
+    finally:
+        torch.set_float32_matmul_precision(precision)
+
+
+WITHOUT_BIAS_HIDDEN = {"no bias anywhere": [16], "no bias, then a bias": [8, 16]}  # 13 -> 16; 5, 11 -> 8, 16
+
+
+def without_bias_expected() -> dict:
+    """observe_pad_without_bias' models and inputs, rebuilt here: name -> the original model's output."""
+    import torch
+    from torch import nn
+    from gpucourse.checks.seeded import global_rng  # the grader's threads share torch's generator
+    with global_rng():
+        torch.manual_seed(6)
+        models = {
+            "no bias anywhere": nn.Sequential(nn.Linear(10, 13, bias=False), nn.GELU(), nn.Linear(13, 5, bias=False)),
+            "no bias, then a bias": nn.Sequential(nn.Linear(7, 5, bias=False), nn.Sigmoid(), nn.Linear(5, 11),
+                                                  nn.Tanh(), nn.Linear(11, 3, bias=False)),
+        }
+    g = torch.Generator().manual_seed(6)
+    expected = {}
     for name, model in models.items():
-        model = model.double()
-        padded = answer(ns, "pad_mlp")(model)
-        x = torch.randn(16, model[0].in_features, dtype=torch.float64)
+        model = filled(model.double(), 6)
+        x = torch.randn(16, model[0].in_features, generator=g, dtype=torch.float64)
         with torch.no_grad():
-            result[name] = {"diff": float((padded(x) - model(x)).abs().max()),
-                            "widths": [m.out_features for m in padded.modules() if isinstance(m, nn.Linear)][:-1]}
-    return result
+            expected[name] = model(x).reshape(-1).tolist()
+    return expected
 
 
 def judge_without_bias(d):
+    if sorted(d) != sorted(WITHOUT_BIAS_HIDDEN):
+        return "not every model was padded"
+    expected = without_bias_expected()
     for name, r in d.items():
-        if any(w % 8 for w in r["widths"]):
-            return f"{name}: hidden widths {r['widths']} are not padded"
-        if not r["diff"] < 1e-9:
+        if r["widths"] != WITHOUT_BIAS_HIDDEN[name]:
+            return f"{name}: hidden widths {r['widths']} are not each rounded up to the next multiple of 8"
+        if not _max_diff(r["out"], expected[name]) < 1e-9:
             return f"{name}: the padded model computes something else"
     return None
 
@@ -147,26 +246,50 @@ def observe_pad_dtypes(ns):
     import torch
     from torch import nn
     from gpucourse.checks import answer
+    from gpucourse.checks.seeded import filled
     from gpucourse.tensor_cores import example_mlp
 
-    torch.manual_seed(7)
-    result = {}
-    for dtype in (torch.float32, torch.bfloat16):
-        model = example_mlp([12, 19, 6, 3], nn.Sigmoid).to(dtype)
-        padded = answer(ns, "pad_mlp")(model)
-        x = torch.randn(8, 12).to(dtype)
-        with torch.no_grad():
-            out, expected = padded(x), model(x)
-        result[str(dtype)] = {"params": sorted({str(p.dtype) for p in padded.parameters()}), "out": str(out.dtype),
-                              "diff": float((out.float() - expected.float()).abs().max())}
-    return result
+    # the judge computes in full float32 precision; the notebook may have set "high" (TF32 or bf16 passes)
+    precision = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision("highest")
+    try:
+        g = torch.Generator().manual_seed(7)
+        result = {}
+        for dtype in (torch.float32, torch.bfloat16):
+            torch.manual_seed(7)
+            model = filled(example_mlp([12, 19, 6, 3], nn.Sigmoid), 7).to(dtype)
+            padded = answer(ns, "pad_mlp")(model)
+            x = torch.randn(8, 12, generator=g).to(dtype)
+            with torch.no_grad():
+                out = padded(x)
+            result[str(dtype)] = {"params": sorted({str(p.dtype) for p in padded.parameters()}), "out": str(out.dtype),
+                                  "values": out.double().reshape(-1).tolist()}
+        return result
+    finally:
+        torch.set_float32_matmul_precision(precision)
+
+
+def dtypes_expected() -> list[float]:
+    """observe_pad_dtypes' float32 model and input, rebuilt here: the original model's output."""
+    import torch
+    from torch import nn
+    from gpucourse.tensor_cores import example_mlp
+    from gpucourse.checks.seeded import global_rng  # the grader's threads share torch's generator
+    with global_rng():
+        torch.manual_seed(7)
+        model = filled(example_mlp([12, 19, 6, 3], nn.Sigmoid), 7)
+    x = torch.randn(8, 12, generator=torch.Generator().manual_seed(7))
+    with torch.no_grad():
+        return model(x).double().reshape(-1).tolist()
 
 
 def judge_dtypes(d):
+    if sorted(d) != ["torch.bfloat16", "torch.float32"]:
+        return "not every dtype was tried"
     for dtype, r in d.items():
         if r["params"] != [dtype] or r["out"] != dtype:
             return f"a {dtype.removeprefix('torch.')} model came back with {', '.join(r['params'])} parameters"
-    if not d["torch.float32"]["diff"] < 1e-5:
+    if not _max_diff(d["torch.float32"]["values"], dtypes_expected()) < 1e-5:
         return "a float32 model: the padded model computes something else"
     return None
 

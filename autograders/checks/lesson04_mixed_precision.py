@@ -5,13 +5,16 @@ to them (see gpucourse.checks.lesson04), on a few tiny batches of unequal sizes,
 costs milliseconds.
 """
 
+import functools
+
 from gpucourse.checks import Case
 
 
 # --- train_epoch and evaluate ---------------------------------------------------------------
 # What the exercise text and answer lines require:
 #  train_epoch(model, loader, optimizer, scaler, device_type, dtype), for each (inputs, targets) batch:
-#  1. move the batch to the model's device -> "batches moved to the model's device ..."
+#  1. move the batch to the model's device, inside the loop (batch i moved after batch i-1's forward,
+#     not every batch up front) -> "batches moved to the model's device inside the loop ..."
 #  2. zero the gradients, in any way (zero_grad(), set_to_none, p.grad = None; before the backward
 #     or after the update) -> "gradients zeroed between one update and the next backward"
 #  3. the model's output and the cross-entropy loss under torch.autocast(device_type, dtype=dtype):
@@ -27,11 +30,10 @@ from gpucourse.checks import Case
 #     fraction of correct predictions over all items ..."
 #  8. under autocast (device type and dtype given) and without gradients -> public "evaluate under
 #     autocast and no_grad ..." and "autocast with the device type and dtype given ..."
-#  9. batches moved to the model's device -> "batches moved to the model's device ..."
+#  9. batches moved to the model's device, inside the loop -> "batches moved to the model's device ..."
 
 def observe_amp_epoch(ns):
     import torch
-    import torch.nn.functional as F
     from torch import nn
     from gpucourse.checks import answer
     from gpucourse.checks.lesson04 import recording_scaler
@@ -40,7 +42,7 @@ def observe_amp_epoch(ns):
     g = torch.Generator().manual_seed(4)
     sizes = [5, 8, 3]  # unequal: a mean over batches and a mean over items differ
     batches = [(torch.randn(n, 6, generator=g) * 3, torch.randint(0, 3, (n,), generator=g)) for n in sizes]
-    ids = {id(t) for batch in batches for t in batch}
+    ids = {id(t): number for number, batch in enumerate(batches) for t in batch}  # tensor -> its batch
 
     def zeroed(params):
         return all(p.grad is None or not bool(p.grad.any()) for p in params)
@@ -52,9 +54,8 @@ def observe_amp_epoch(ns):
 
         def forward(self, x):
             out = self.net(x)
-            index = sizes.index(len(x)) if len(x) in sizes else -1
-            expected = float(F.cross_entropy(out.detach().float(), batches[index][1])) if index >= 0 else None
-            events.append({"e": "forward", "autocast": torch.is_autocast_enabled("cpu"), "expected_loss": expected})
+            events.append({"e": "forward", "autocast": torch.is_autocast_enabled("cpu"),
+                           "logits": out.detach().float().tolist()})
             if out.requires_grad:
                 out.register_hook(lambda grad: events.append({"e": "backward", "zeroed": zeroed(self.parameters())}))
             return out
@@ -80,6 +81,7 @@ def observe_amp_epoch(ns):
     def recording_to(self, *args, **kwargs):
         if id(self) in ids and (kwargs.get("device") is not None or (args and isinstance(args[0], (str, torch.device)))):
             moved.add(id(self))
+            events.append({"e": "to", "batch": ids[id(self)]})
         return real_to(self, *args, **kwargs)
 
     torch.manual_seed(4)
@@ -90,7 +92,7 @@ def observe_amp_epoch(ns):
                                            RecordedScaler("cpu", init_scale=1024.0), "cpu", torch.float16)
     finally:
         torch.Tensor.to = real_to
-    return {"events": events, "sizes": sizes, "moved": len(moved), "tensors": len(ids),
+    return {"events": events, "moved": len(moved),
             "type": type(result).__name__, "is_float": isinstance(result, float),
             "value": float(result) if isinstance(result, (int, float, torch.Tensor)) and getattr(result, "numel", lambda: 1)() == 1 else None}
 
@@ -106,10 +108,21 @@ def _per_batch(events):
     return batches
 
 
+EPOCH_SIZES = [5, 8, 3]  # observe_amp_epoch's batches (seeded there: Generator().manual_seed(4))
+EPOCH_TENSORS = 2 * len(EPOCH_SIZES)
+
+
+def _epoch_batches():
+    """observe_amp_epoch's batches, rebuilt here: the judges never take inputs from an observation."""
+    import torch
+    g = torch.Generator().manual_seed(4)
+    return [(torch.randn(n, 6, generator=g) * 3, torch.randint(0, 3, (n,), generator=g)) for n in EPOCH_SIZES]
+
+
 def judge_zeroing(d):
     backwards = [e for e in d["events"] if e["e"] == "backward"]
-    if len(backwards) != len(d["sizes"]):
-        return f"{len(d['sizes'])} batches gave {len(backwards)} backward passes"
+    if len(backwards) != len(EPOCH_SIZES):
+        return f"{len(EPOCH_SIZES)} batches gave {len(backwards)} backward passes"
     if not all(e["zeroed"] for e in backwards):
         return "gradients from the previous batch were still there at the next backward: zero them every batch"
     return None
@@ -117,8 +130,8 @@ def judge_zeroing(d):
 
 def judge_scaler_order(d):
     batches = _per_batch(d["events"])
-    if len(batches) != len(d["sizes"]):
-        return f"{len(d['sizes'])} batches gave {len(batches)} forward passes"
+    if len(batches) != len(EPOCH_SIZES):
+        return f"{len(EPOCH_SIZES)} batches gave {len(batches)} forward passes"
     for number, events in enumerate(batches):
         names = [e["e"] for e in events]
         for name in ("scale", "scaled backward", "scaler.step", "update"):
@@ -136,16 +149,31 @@ def judge_scaler_order(d):
     return None
 
 
+def _cross_entropy(logits, targets):
+    import math
+    total = 0.0
+    for row, target in zip(logits, targets):
+        top = max(row)
+        total += top + math.log(sum(math.exp(v - top) for v in row)) - row[target]
+    return total / len(targets)
+
+
 def judge_loss(d):
-    for number, events in enumerate(_per_batch(d["events"])):
+    batches = _per_batch(d["events"])
+    if len(batches) != len(EPOCH_SIZES):
+        return f"{len(EPOCH_SIZES)} batches gave {len(batches)} forward passes"
+    for number, (events, (_, targets)) in enumerate(zip(batches, _epoch_batches())):
         forward = events[0]
         scaled = [e for e in events if e["e"] == "scale"]
         if not scaled:
             return f"batch {number + 1}: no loss went through scaler.scale"
         if scaled[0]["dtype"] != "torch.float32":
             return f"the loss came out in {scaled[0]['dtype']}: compute it under autocast, which keeps it in float32"
-        expected = forward["expected_loss"]
-        if expected is None or not abs(scaled[0]["value"] - expected) <= 1e-3 * max(1.0, abs(expected)):
+        logits = forward["logits"]  # the model's output as observed; the targets are the judge's own
+        if len(logits) != len(targets):
+            return f"batch {number + 1}: the model saw {len(logits)} items of a batch of {len(targets)}"
+        expected = _cross_entropy(logits, targets.tolist())
+        if not abs(scaled[0]["value"] - expected) <= 1e-3 * max(1.0, abs(expected)):
             return f"batch {number + 1}: the loss is not the cross-entropy of the model's output and the targets"
     return None
 
@@ -154,20 +182,32 @@ def judge_mean_loss(d):
     if not d["is_float"]:
         return f"train_epoch must return a float, not a {d['type']}"
     losses = [e["value"] for e in d["events"] if e["e"] == "scale"]
-    if len(losses) != len(d["sizes"]):
+    if len(losses) != len(EPOCH_SIZES):
         return "one loss per batch expected"
     over_batches = sum(losses) / len(losses)
-    over_items = sum(loss * n for loss, n in zip(losses, d["sizes"])) / sum(d["sizes"])
+    over_items = sum(loss * n for loss, n in zip(losses, EPOCH_SIZES)) / sum(EPOCH_SIZES)
     if not any(abs(d["value"] - mean) <= 1e-3 * max(1.0, abs(mean)) for mean in (over_batches, over_items)):
         return f"returned {d['value']:.4g}: not the mean loss of the epoch's batches (unscaled)"
     return None
 
 
-def judge_moved(d):
-    if d["moved"] != d["tensors"]:
-        return (f"{d['moved']} of the {d['tensors']} batch tensors were moved: move inputs and targets to the model's "
-                "device inside the loop (.to(device))")
-    return None
+def _judge_moved_in_loop(tensors):
+    def judge(d):
+        if d["moved"] != tensors:
+            return (f"{d['moved']} of the {tensors} batch tensors were moved: move inputs and targets to the model's "
+                    "device inside the loop (.to(device))")
+        forwards = 0
+        for event in d["events"]:
+            if event["e"] == "forward":
+                forwards += 1
+            elif event["e"] == "to" and event["batch"] > forwards:
+                return (f"batch {event['batch'] + 1} was moved before batch {event['batch']}'s forward pass: move "
+                        "each batch inside the loop, not every batch up front")
+        return None
+    return judge
+
+
+judge_moved = _judge_moved_in_loop(EPOCH_TENSORS)
 
 
 def observe_autocast_arguments(ns):
@@ -220,8 +260,14 @@ def observe_autocast_arguments(ns):
     return events
 
 
+AUTOCAST_RUNS = [("train_epoch", "cpu", "torch.float16"), ("evaluate", "cpu", "torch.float16"),
+                 ("train_epoch", "cuda", "torch.bfloat16"), ("evaluate", "cuda", "torch.bfloat16")]
+
+
 def judge_autocast_arguments(function):
     def judge(d):
+        if [(r["function"], r["device_type"], r["dtype"]) for r in d] != AUTOCAST_RUNS:
+            return "not every device type and dtype was tried"
         for run in d:
             if run["function"] != function:
                 continue
@@ -247,7 +293,8 @@ def observe_evaluate_items(ns):
         inputs = torch.eye(4)[picked]
         targets = torch.tensor([c if i < right else (c + 1) % 4 for i, c in enumerate(picked)])
         batches.append((inputs, targets))
-    ids = {id(t) for batch in batches for t in batch}
+    ids = {id(t): number for number, batch in enumerate(batches) for t in batch}  # tensor -> its batch
+    events = []
 
     class Recorded(nn.Module):
         def __init__(self):
@@ -259,6 +306,7 @@ def observe_evaluate_items(ns):
 
         def forward(self, x):
             forwards.append({"autocast": torch.is_autocast_enabled("cpu"), "grad": torch.is_grad_enabled()})
+            events.append({"e": "forward"})
             return self.net(x)
 
     real_to = torch.Tensor.to
@@ -266,6 +314,7 @@ def observe_evaluate_items(ns):
     def recording_to(self, *args, **kwargs):
         if id(self) in ids and (kwargs.get("device") is not None or (args and isinstance(args[0], (str, torch.device)))):
             moved.add(id(self))
+            events.append({"e": "to", "batch": ids[id(self)]})
         return real_to(self, *args, **kwargs)
 
     torch.Tensor.to = recording_to
@@ -275,7 +324,7 @@ def observe_evaluate_items(ns):
         torch.Tensor.to = real_to
     return {"type": type(result).__name__, "is_float": isinstance(result, float),
             "value": float(result) if isinstance(result, (int, float)) else None, "forwards": forwards,
-            "moved": len(moved), "tensors": len(ids)}
+            "moved": len(moved), "events": events}
 
 
 def judge_evaluate_items(d):
@@ -299,7 +348,8 @@ HIDDEN = {"train_epoch": [
          observe_autocast_arguments, judge_autocast_arguments("evaluate")),
     Case("evaluate: the fraction of correct predictions over all items, as a float", observe_evaluate_items,
          judge_evaluate_items),
-    Case("evaluate: batches moved to the model's device inside the loop", observe_evaluate_items, judge_moved),
+    Case("evaluate: batches moved to the model's device inside the loop", observe_evaluate_items,
+         _judge_moved_in_loop(6)),
 ]}
 
 
@@ -307,8 +357,9 @@ HIDDEN = {"train_epoch": [
 # What the exercise text and answer line require, for one step:
 #  1. zero the gradients first (the step after another must not add the old gradients) -> "two steps
 #     in a row ..." (the second step's parameters)
-#  2. output and cross-entropy loss under torch.autocast(device_type, dtype=dtype); backward of
-#     scaler.scale(loss) outside it -> "generated sizes ..." (parameters equal the reference's)
+#  2. output and cross-entropy loss under torch.autocast(device_type, dtype=dtype), the device type and
+#     dtype given (bfloat16 too, and 'cuda'); backward of scaler.scale(loss) outside it -> "autocast with
+#     the device type and dtype given ..." and "generated sizes ..." (parameters equal the reference's)
 #  3. scaler.unscale_(optimizer) after backward and before clipping, so that the clip sees the true
 #     gradients -> public cases, and "generated sizes ..." with max_norm below and above the true norm
 #  4. clip the total norm of all the model's gradients to max_norm -> "generated sizes ..."
@@ -318,6 +369,8 @@ HIDDEN = {"train_epoch": [
 #     the step is skipped -> "generated sizes ..." and "an overflowing step ..."
 
 def observe_clipped_generated(ns):
+    """The student's clipped_step twice in a row on 4 generated models: norms, parameters, scale. The
+    judge runs a correct step on the same models itself (clipped_generated_setups, reference_clipped_step)."""
     import copy
     import random
 
@@ -325,64 +378,110 @@ def observe_clipped_generated(ns):
     from torch import nn
     from gpucourse.checks import answer
 
-    def reference_step(model, inputs, targets, optimizer, scaler, device_type, dtype, max_norm):
-        optimizer.zero_grad(set_to_none=True)
-        with torch.autocast(device_type, dtype=dtype):
-            loss = nn.functional.cross_entropy(model(inputs), targets)
-        scaler.scale(loss).backward()
-        scaler.unscale_(optimizer)
-        norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
-        scaler.step(optimizer)
-        scaler.update()
-        return float(norm)
+    # the judge computes in full float32 precision; the notebook may have set "high" (TF32 or bf16 passes)
+    precision = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision("highest")
+    try:
+        rng = random.Random(44)
+        result = []
+        for case in range(4):
+            width, batch, classes = rng.randint(3, 12), rng.randint(2, 9), rng.randint(2, 5)
+            torch.manual_seed(100 + case)
+            model = nn.Sequential(nn.Linear(5, width), nn.GELU(), nn.Linear(width, classes))
+            data = [(torch.randn(batch, 5) * rng.uniform(0.5, 4), torch.randint(0, classes, (batch,))) for _ in range(2)]
+            probe = copy.deepcopy(model)
+            nn.functional.cross_entropy(probe(data[0][0]), data[0][1]).backward()
+            true_norm = float(torch.cat([p.grad.flatten() for p in probe.parameters()]).norm())
+            max_norm = true_norm * (rng.uniform(0.05, 0.5) if case % 2 == 0 else rng.uniform(2, 5))
+            init_scale = 2.0 ** rng.randint(6, 14)
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.2)
+            scaler = torch.amp.GradScaler("cpu", init_scale=init_scale, growth_interval=1)
+            norms, params, is_float = [], [], True
+            for inputs, targets in data:
+                value = answer(ns, "clipped_step")(model, inputs, targets, optimizer, scaler, "cpu", torch.float16, max_norm)
+                is_float = is_float and isinstance(value, float)
+                norms.append(float(value) if isinstance(value, (int, float, torch.Tensor)) else None)
+                params.append(torch.cat([p.detach().flatten() for p in model.parameters()]).double().tolist())
+            result.append({"is_float": is_float, "norms": norms, "params": params, "scale": float(scaler.get_scale())})
+        return result
+    finally:
+        torch.set_float32_matmul_precision(precision)
+
+
+def reference_clipped_step(model, inputs, targets, optimizer, scaler, device_type, dtype, max_norm):
+    import torch
+    from torch import nn
+    optimizer.zero_grad(set_to_none=True)
+    with torch.autocast(device_type, dtype=dtype):
+        loss = nn.functional.cross_entropy(model(inputs), targets)
+    scaler.scale(loss).backward()
+    scaler.unscale_(optimizer)
+    norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    scaler.step(optimizer)
+    scaler.update()
+    return float(norm)
+
+
+@functools.lru_cache(maxsize=1)  # the same few milliseconds of work for every submission
+def clipped_generated_expected() -> list[dict]:
+    """observe_clipped_generated's models and batches, rebuilt here (the same seeds), stepped twice by a
+    correct clipped AMP step: what the student's steps must give. The grader's random state is kept."""
+    import copy
+    import random
+
+    import torch
+    from torch import nn
 
     rng = random.Random(44)
-    result = []
-    for case in range(4):
-        width, batch, classes = rng.randint(3, 12), rng.randint(2, 9), rng.randint(2, 5)
-        torch.manual_seed(100 + case)
-        model = nn.Sequential(nn.Linear(5, width), nn.GELU(), nn.Linear(width, classes))
-        data = [(torch.randn(batch, 5) * rng.uniform(0.5, 4), torch.randint(0, classes, (batch,))) for _ in range(2)]
-        probe = copy.deepcopy(model)
-        nn.functional.cross_entropy(probe(data[0][0]), data[0][1]).backward()
-        true_norm = float(torch.cat([p.grad.flatten() for p in probe.parameters()]).norm())
-        max_norm = true_norm * (rng.uniform(0.05, 0.5) if case % 2 == 0 else rng.uniform(2, 5))
-        init_scale = 2.0 ** rng.randint(6, 14)
-        runs = {}
-        for who in ("student", "reference"):
-            net = copy.deepcopy(model)
-            optimizer = torch.optim.SGD(net.parameters(), lr=0.2)
+    expected = []
+    from gpucourse.checks.seeded import global_rng  # the grader's threads share torch's generator
+    with global_rng():
+        for case in range(4):
+            width, batch, classes = rng.randint(3, 12), rng.randint(2, 9), rng.randint(2, 5)
+            torch.manual_seed(100 + case)
+            model = nn.Sequential(nn.Linear(5, width), nn.GELU(), nn.Linear(width, classes))
+            data = [(torch.randn(batch, 5) * rng.uniform(0.5, 4), torch.randint(0, classes, (batch,))) for _ in range(2)]
+            probe = copy.deepcopy(model)
+            nn.functional.cross_entropy(probe(data[0][0]), data[0][1]).backward()
+            true_norm = float(torch.cat([p.grad.flatten() for p in probe.parameters()]).norm())
+            max_norm = true_norm * (rng.uniform(0.05, 0.5) if case % 2 == 0 else rng.uniform(2, 5))
+            init_scale = 2.0 ** rng.randint(6, 14)
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.2)
             scaler = torch.amp.GradScaler("cpu", init_scale=init_scale, growth_interval=1)
-            step = answer(ns, "clipped_step") if who == "student" else reference_step
             norms, params = [], []
             for inputs, targets in data:
-                value = step(net, inputs, targets, optimizer, scaler, "cpu", torch.float16, max_norm)
-                norms.append(float(value) if isinstance(value, (int, float, torch.Tensor)) else None)
-                params.append(torch.cat([p.detach().flatten() for p in net.parameters()]))
-            runs[who] = {"norms": norms, "params": params, "scale": float(scaler.get_scale()),
-                         "is_float": isinstance(value, float)}
-        s, r = runs["student"], runs["reference"]
-        result.append({"width": width, "batch": batch, "max_norm": max_norm, "clips": case % 2 == 0,
-                       "is_float": s["is_float"], "norms": s["norms"], "expected_norms": r["norms"],
-                       "param_diff": [float((a - b).abs().max()) for a, b in zip(s["params"], r["params"])],
-                       "scale": s["scale"], "expected_scale": r["scale"]})
-    return result
+                norms.append(reference_clipped_step(model, inputs, targets, optimizer, scaler, "cpu", torch.float16, max_norm))
+                params.append(torch.cat([p.detach().flatten() for p in model.parameters()]).double().tolist())
+            expected.append({"width": width, "batch": batch, "max_norm": max_norm, "clips": case % 2 == 0,
+                             "norms": norms, "params": params, "scale": float(scaler.get_scale())})
+    return expected
+
+
+def _max_gap(got, want):
+    if not isinstance(got, list) or len(got) != len(want):
+        return float("inf")
+    return max((abs(a - b) for a, b in zip(got, want)), default=0.0)
 
 
 def judge_clipped_generated(d):
-    for r in d:
+    expected = clipped_generated_expected()
+    if len(d) != len(expected):
+        return f"{len(d)} of {len(expected)} models observed"
+    for got, r in zip(d, expected):
         where = f"a {r['width']}-wide model, batch {r['batch']}, max_norm {r['max_norm']:.3g}" + (
             " (below the gradients' norm)" if r["clips"] else " (above it)")
-        if not r["is_float"]:
+        if not got["is_float"]:
             return f"{where}: clipped_step must return a float"
-        if r["norms"][0] is None or not abs(r["norms"][0] - r["expected_norms"][0]) <= 1e-3 * r["expected_norms"][0]:
-            return f"{where}: returned {r['norms'][0]}, not the true gradient norm before clipping"
-        if not r["param_diff"][0] <= 1e-5:
+        if len(got["norms"]) != 2 or len(got["params"]) != 2:
+            return f"{where}: two steps expected"
+        if got["norms"][0] is None or not abs(got["norms"][0] - r["norms"][0]) <= 1e-3 * r["norms"][0]:
+            return f"{where}: returned {got['norms'][0]}, not the true gradient norm before clipping"
+        if not _max_gap(got["params"][0], r["params"][0]) <= 1e-5:
             return f"{where}: the parameters after one step differ from a correct clipped AMP step"
-        if not r["param_diff"][1] <= 1e-5 or not abs((r["norms"][1] or 0) - r["expected_norms"][1]) <= 1e-3 * r["expected_norms"][1]:
+        if not _max_gap(got["params"][1], r["params"][1]) <= 1e-5 or not abs((got["norms"][1] or 0) - r["norms"][1]) <= 1e-3 * r["norms"][1]:
             return f"{where}: two steps in a row: the second step differs (are the gradients zeroed each step?)"
-        if r["scale"] != r["expected_scale"]:
-            return f"{where}: the scale after two good steps is {r['scale']:g}, expected {r['expected_scale']:g}"
+        if got["scale"] != r["scale"]:
+            return f"{where}: the scale after two good steps is {got['scale']:g}, expected {r['scale']:g}"
     return None
 
 
@@ -411,6 +510,8 @@ def observe_clipped_overflow(ns):
 
 
 def judge_clipped_overflow(d):
+    if len(d) != 2:
+        return f"{len(d)} of 2 overflowing steps observed"
     for number, s in enumerate(d, 1):
         if not s["unchanged"]:
             return f"overflowing step {number}: the parameters changed; scaler.step must skip a step with inf/NaN gradients"
@@ -421,7 +522,79 @@ def judge_clipped_overflow(d):
     return None
 
 
+CLIP_AUTOCAST_RUNS = [("cpu", "torch.bfloat16"), ("cpu", "torch.float16"), ("cuda", "torch.bfloat16")]
+
+
+def observe_clipped_autocast(ns):
+    """Where autocast was on, with which dtype, in the forward and in the backward; which autocast the
+    answer made (device type, dtype). bfloat16 on the CPU costs little at these sizes."""
+    import warnings
+
+    import torch
+    from torch import nn
+    from gpucourse.checks import answer
+
+    runs, entered = [], []
+
+    class Recorded(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.net = nn.Sequential(nn.Linear(4, 5), nn.Tanh(), nn.Linear(5, 3))
+
+        def forward(self, x):
+            runs[-1]["forwards"].append({"autocast": torch.is_autocast_enabled("cpu"),
+                                         "dtype": str(torch.get_autocast_dtype("cpu"))})
+            out = self.net(x)
+            if out.requires_grad:
+                out.register_hook(lambda grad: runs[-1]["backwards"].append(torch.is_autocast_enabled("cpu")))
+            return out
+
+    autocast = torch.amp.autocast_mode.autocast
+    real_init = autocast.__init__
+
+    def recording_init(self, *args, **kwargs):
+        real_init(self, *args, **kwargs)
+        entered.append([str(self.device), str(self.fast_dtype)])
+
+    g = torch.Generator().manual_seed(45)
+    inputs, targets = torch.randn(6, 4, generator=g), torch.randint(0, 3, (6,), generator=g)
+    autocast.__init__ = recording_init
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # autocast('cuda') without CUDA says it disables itself
+            for device_type, dtype in [("cpu", torch.bfloat16), ("cpu", torch.float16), ("cuda", torch.bfloat16)]:
+                torch.manual_seed(45)
+                model = Recorded()
+                runs.append({"forwards": [], "backwards": []})
+                entered.clear()
+                answer(ns, "clipped_step")(model, inputs, targets, torch.optim.SGD(model.parameters(), lr=0.1),
+                                           torch.amp.GradScaler("cpu", init_scale=256.0), device_type, dtype, 1.0)
+                runs[-1]["autocast"] = [list(a) for a in entered]
+    finally:
+        autocast.__init__ = real_init
+    return runs
+
+
+def judge_clipped_autocast(d):
+    if len(d) != len(CLIP_AUTOCAST_RUNS):
+        return f"{len(d)} of {len(CLIP_AUTOCAST_RUNS)} steps observed"
+    for (device_type, dtype), run in zip(CLIP_AUTOCAST_RUNS, d):
+        where = f"clipped_step(..., {device_type!r}, {dtype}, ...)"
+        if not run["autocast"] or any(a != [device_type, dtype] for a in run["autocast"]):
+            return f"{where}: autocast must get the device type and dtype passed in, got {run['autocast']}"
+        if device_type == "cpu":
+            if len(run["forwards"]) != 1 or not all(f["autocast"] and f["dtype"] == dtype for f in run["forwards"]):
+                return f"{where}: the forward pass did not run (once) under autocast to {dtype}"
+        if len(run["backwards"]) != 1:
+            return f"{where}: {len(run['backwards'])} backward passes through the model in one step"
+        if any(run["backwards"]):
+            return f"{where}: backward ran inside autocast: backpropagate scaler.scale(loss) outside it"
+    return None
+
+
 HIDDEN["clipped_step"] = [
+    Case("autocast with the device type and dtype given (bfloat16 and float16 on 'cpu', bfloat16 on 'cuda'); "
+         "backward outside it", observe_clipped_autocast, judge_clipped_autocast),
     Case("generated sizes and max_norm: the reference's norm, parameters and scale, over two steps",
          observe_clipped_generated, judge_clipped_generated),
     Case("an overflowing step is skipped, returns a non-finite norm and halves the scale, twice",

@@ -39,7 +39,12 @@ def observe_to_device_single(ns):
     return result
 
 
+SINGLE_MOVES = [("cuda:1", True), ("cuda", False), ("cpu", True), ("cpu", False), ("cuda:0", True)]  # (device, pinned)
+
+
 def judge_to_device_single(d):
+    if [(r["device"], r["pinned"]) for r in d] != SINGLE_MOVES:
+        return "not every device was tried"
     for r in d:
         where = f"a {'pinned' if r['pinned'] else 'pageable'} tensor to {r['device']!r}"
         if r["returned"] != "Tensor" or r["dtype"] != "torch.int64":
@@ -117,22 +122,64 @@ def observe_to_device_random(ns):
 
 
 
+def random_batches() -> list[tuple[str, list, list]]:
+    """observe_to_device_random's batches, rebuilt here from the same seed without torch: (device, the
+    batch's description as the observer's describe() writes it, the first values of its pinned tensors)."""
+    import random
+
+    rng = random.Random(11)
+    counter = iter(range(100, 10_000))
+    kinds = {None: "NoneType", "text": "str", 3: "int", 2.5: "float", "marker": "object", b"raw": "bytes"}
+
+    def tree(depth, pinned):
+        kind = rng.choice(["dict", "list", "tuple", "leaf", "leaf"] if depth < 3 else ["leaf"])
+        if kind == "leaf":
+            if rng.random() < 0.5:
+                rng.randint(1, 3)  # the tensor's length (its first value is what is described)
+                value = float(next(counter))
+                dtype = rng.choice(["torch.float32", "torch.float64", "torch.int64"])
+                if rng.random() < 0.5:
+                    pinned.append(value)
+                return ["tensor", dtype, value]
+            return ["value", kinds[rng.choice([None, "text", 3, 2.5, "marker", b"raw"])]]
+        items = [tree(depth + 1, pinned) for _ in range(rng.randint(0, 3))]
+        if kind == "dict":
+            return ["dict", {f"k{i}": v for i, v in enumerate(items)}]
+        return [kind, items]
+
+    batches = []
+    for device in ("cuda", "cuda:1", "cpu"):
+        for _ in range(3):
+            pinned = []
+            described = ["dict", {"inputs": tree(1, pinned), "labels": tree(1, pinned), "extra": tree(0, pinned)}]
+            batches.append((device, described, sorted(pinned)))
+    return batches
+
+
+def _with_expected(d):
+    """The observed rows, each with the judge's own expected description and pinned tensors."""
+    batches = random_batches()
+    if len(d) != len(batches) or any(r["device"] != device for r, (device, _, _) in zip(d, batches)):
+        raise ValueError("the observation does not answer the generated batches")
+    return [dict(r, expected=expected, pinned=pinned) for r, (_, expected, pinned) in zip(d, batches)]
+
+
 def judge_to_device_structure(d):
-    for r in d:
+    for r in _with_expected(d):
         if r["got"] != r["expected"]:
             return f"a nested batch to {r['device']!r} came back with another structure, or other dtypes"
     return None
 
 
 def judge_to_device_values(d):
-    for r in d:
+    for r in _with_expected(d):
         if r["got"] == r["expected"] and not r["same_leaves"]:
             return "values that are not tensors must come back unchanged: the same objects"
     return None
 
 
 def judge_to_device_flags(d):
-    for r in d:
+    for r in _with_expected(d):
         tensors = sorted(leaf for leaf in _leaves(r["expected"]))
         moved = [c for c in r["calls"] if c["device"].replace("cuda:0", "cuda") == r["device"]]
         leaves = sorted(c["leaf"] for c in moved)

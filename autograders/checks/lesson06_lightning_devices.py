@@ -6,7 +6,7 @@ than the text's examples).
 """
 
 from gpucourse.checks import Case
-from gpucourse.checks.lesson06 import judge_batch, judge_picklable
+from gpucourse.checks.lesson06 import judge_batch, judge_picklable, outputs_close, readout_values, standardize_expected  # noqa: F401
 
 
 # --- device_agnostic ------------------------------------------------------------------------------
@@ -27,25 +27,41 @@ def observe_agnostic_sizes(ns):
         torch.manual_seed(features)
         model = answer(ns, "AgnosticStandardize")(mean, std)
         x = torch.randn(batch, features, generator=g) * 2 + 1
-        w, b = model.readout.weight.detach(), model.readout.bias.detach()
-        expected = ((x - torch.tensor(mean)) / torch.tensor(std)) @ w.T + b + 1
         key = f"{features} feature(s), a batch of {batch}"
         try:
             out = model(x)
-            record[key] = {"shape": list(out.shape), "want": [batch, 1],
-                           "close": list(out.shape) == [batch, 1] and bool(torch.allclose(out, expected, atol=1e-4))}
+            record[key] = {"shape": list(out.shape), "out": out.detach().double().reshape(-1).tolist(),
+                           "readout": {"weight": model.readout.weight.detach().double().reshape(-1).tolist(),
+                                       "bias": model.readout.bias.detach().double().reshape(-1).tolist()}}
         except Exception as error:
             record[key] = f"{type(error).__name__}: {str(error)[:200]}"
     return record
 
 
+def agnostic_size_inputs():
+    """observe_agnostic_sizes' inputs, rebuilt here: key -> (mean, std, x, batch)."""
+    import torch
+    g = torch.Generator().manual_seed(63)
+    inputs = {}
+    for features, batch in ((1, 4), (7, 1), (3, 13)):
+        mean = (torch.randn(features, generator=g) * 3).tolist()
+        std = (torch.rand(features, generator=g) * 4 + 0.25).tolist()
+        x = (torch.randn(batch, features, generator=g) * 2 + 1).double().tolist()
+        inputs[f"{features} feature(s), a batch of {batch}"] = (mean, std, x, batch)
+    return inputs
+
+
 def judge_agnostic_sizes(d):
-    for key, value in d.items():
+    inputs = agnostic_size_inputs()
+    if sorted(d) != sorted(inputs):
+        return "not every size was tried"
+    for key, (mean, std, x, batch) in inputs.items():
+        value = d[key]
         if not isinstance(value, dict):
             return f"with {key}: {value}"
-        if value["shape"] != value["want"]:
+        if value["shape"] != [batch, 1]:
             return f"with {key} the output has shape {value['shape']}"
-        if not value["close"]:
+        if not outputs_close(value["out"], standardize_expected(x, mean, std, value["readout"]), 1e-4, 1e-5):
             return f"with {key} the output is not (x - mean) / std, the read-out, plus 1"
     return None
 
@@ -61,27 +77,33 @@ def observe_agnostic_dtypes(ns):
         torch.manual_seed(4)
         model = answer(ns, "AgnosticStandardize")(mean, std)
         x = torch.randn(6, 5, generator=g)
-        w, b = model.readout.weight.detach(), model.readout.bias.detach()
+        readout = {"weight": model.readout.weight.detach().double().reshape(-1).tolist(),
+                   "bias": model.readout.bias.detach().double().reshape(-1).tolist()}
         try:
             moved = model.to(dtype)
-            xd = x.to(dtype)
-            out = moved(xd)
-            wd, bd = w.to(dtype).double(), b.to(dtype).double()
-            expected = ((xd.double() - torch.tensor(mean, dtype=torch.float64)) / torch.tensor(std, dtype=torch.float64)) @ wd.T + bd + 1
-            close = list(out.shape) == [6, 1] and bool(torch.allclose(out.double(), expected, atol=atol, rtol=0.02 if atol > 1e-3 else 1e-6))
-            record[str(dtype)] = {"dtype": str(out.dtype), "device": str(out.device), "close": close}
+            out = moved(x.to(dtype))
+            record[str(dtype)] = {"dtype": str(out.dtype), "device": str(out.device), "shape": list(out.shape),
+                                  "out": out.detach().double().reshape(-1).tolist(), "readout": readout}
         except Exception as error:
             record[str(dtype)] = f"{type(error).__name__}: {str(error)[:200]}"
     return record
 
 
 def judge_agnostic_dtype(d, dtype):
+    import torch
     value = d[dtype]
     if not isinstance(value, dict):
         return f"after .to({dtype}) with a {dtype} input: {value}"
     if value["dtype"] != dtype:
         return f"after .to({dtype}) with a {dtype} input the output is {value['dtype']}: new tensors must follow the input's dtype"
-    if not value["close"]:
+    g = torch.Generator().manual_seed(64)  # observe_agnostic_dtypes' inputs: float64 first, then bfloat16
+    xs = {name: torch.randn(6, 5, generator=g) for name in ("torch.float64", "torch.bfloat16")}
+    cast = getattr(torch, dtype.removeprefix("torch."))
+    x = xs[dtype].to(cast).double().tolist()
+    readout = {k: torch.tensor(v).to(cast).double().tolist() for k, v in value["readout"].items()}
+    atol, rtol = (1e-6, 1e-6) if dtype == "torch.float64" else (0.1, 0.02)
+    want = standardize_expected(x, [0.5, -1.5, 2.0, 0.0, 3.0], [0.5, 2.0, 1.5, 1.0, 0.75], readout)
+    if value["shape"] != [6, 1] or not outputs_close(value["out"], want, atol, rtol):
         return f"after .to({dtype}) the output is not (x - mean) / std, the read-out, plus 1"
     return None
 
@@ -149,11 +171,16 @@ def observe_picklable_default(ns):
     import torch
     from gpucourse.checks import answer
     model = answer(ns, "SpawnSafeRegressor")()
-    x = torch.randn(5, 4)
+    x = torch.randn(5, 4, generator=torch.Generator().manual_seed(70))
     torch.manual_seed(7)
-    got = model.augment(x)
-    torch.manual_seed(7)
-    return bool(torch.allclose(got, x + 0.1 * torch.randn_like(x)))
+    return torch.as_tensor(model.augment(x)).detach().double().reshape(-1).tolist()
+
+
+def judge_picklable_default(d):
+    import torch
+    x = torch.randn(5, 4, generator=torch.Generator().manual_seed(70))
+    want = (x + 0.1 * torch.randn(5, 4, generator=torch.Generator().manual_seed(7))).double().reshape(-1).tolist()
+    return None if outputs_close(d, want, 1e-6, 1e-5) else "SpawnSafeRegressor() must augment with noise 0.1, like NoisyRegressor()"
 
 
 def observe_picklable_levels(ns):
@@ -163,9 +190,18 @@ def observe_picklable_levels(ns):
     return [observe_picklable(ns, noise=round(rng.uniform(0.05, 4.0), 3)) for _ in range(2)]
 
 
+def picklable_levels():
+    import random
+    rng = random.Random(65)  # observe_picklable_levels' noise levels
+    return [round(rng.uniform(0.05, 4.0), 3) for _ in range(2)]
+
+
 def judge_picklable_levels(d):
-    for record in d:
-        verdict = judge_picklable(record)
+    levels = picklable_levels()
+    if len(d) != len(levels):
+        return "not every noise level was tried"
+    for record, noise in zip(d, levels):
+        verdict = judge_picklable(record, noise)
         if verdict:
             return verdict
     return None
@@ -195,6 +231,8 @@ def observe_own_noise(ns):
 
 
 def judge_own_noise(d):
+    if len(d) != 4 or not all(isinstance(v, float) for v in d):
+        return "four noise levels expected"
     quiet, loud, quiet_clone, loud_clone = d
     if not (abs(quiet - 0.01) < 0.002 and abs(loud - 3.0) < 0.3):
         return "with noise=0.01 and noise=3.0, augment does not add each module's own level of noise"
@@ -253,9 +291,22 @@ def observe_batch_strategies(ns):
     return {"cases": cases, **observe_batch(ns, cases, [])}
 
 
+def batch_strategy_cases():
+    """observe_batch_strategies' cases, rebuilt here (the same seed)."""
+    import random
+    rng = random.Random(66)
+    cases = [{"batch_size": 1, "devices": 1, "num_nodes": 1, "strategy": "fsdp", "accumulate_grad_batches": 1}]
+    for strategy in STRATEGIES:
+        for _ in range(2):
+            cases.append({"batch_size": rng.randint(1, 96), "devices": rng.randint(1, 8), "num_nodes": rng.randint(1, 12),
+                          "strategy": strategy, "accumulate_grad_batches": rng.randint(1, 9)})
+    return cases
+
+
 def judge_batch_strategies(d):
-    want = [c["batch_size"] * c["devices"] * c["num_nodes"] * c["accumulate_grad_batches"] for c in d["cases"]]
-    return judge_batch(d, want, [], d["cases"])
+    cases = batch_strategy_cases()
+    want = [c["batch_size"] * c["devices"] * c["num_nodes"] * c["accumulate_grad_batches"] for c in cases]
+    return judge_batch(d, want, [], cases)
 
 
 def observe_batch_positional(ns):
@@ -264,8 +315,11 @@ def observe_batch_positional(ns):
     return {"cases": cases, **observe_batch(ns, cases, [])}
 
 
+POSITIONAL_CASES = [[5, 3], [5, 3, 2], [4, 2, 3, "fsdp"], [4, 2, 3, "deepspeed", 6], [9, 1, 1, "ddp_spawn", 1]]
+
+
 def judge_batch_positional(d):
-    return judge_batch(d, [15, 30, 24, 144, 9], [], d["cases"])
+    return judge_batch(d, [15, 30, 24, 144, 9], [], POSITIONAL_CASES)
 
 
 def observe_batch_strategy_names(ns):
@@ -287,7 +341,7 @@ def observe_batch_below_one(ns):
 
 
 def judge_batch_below_one(d):
-    return judge_batch(d, ["ValueError"] * 12 + [1, 12, 12, 12], [], d["cases"])
+    return judge_batch(d, ["ValueError"] * 12 + [1, 12, 12, 12], [], None)
 
 
 def observe_lr_rule(ns):
@@ -303,9 +357,23 @@ def observe_lr_rule(ns):
     return {"lr_cases": lr_cases, **observe_batch(ns, [], lr_cases)}
 
 
+def lr_rule_cases():
+    """observe_lr_rule's cases, rebuilt here (the same seed)."""
+    import random
+    rng = random.Random(67)
+    lr_cases = [{"base_lr": 1, "base_batch_size": 3, "effective_batch_size": 7},
+                {"base_lr": 0.05, "base_batch_size": 96, "effective_batch_size": 56},
+                [2e-3, 48, 80]]
+    for _ in range(4):
+        lr_cases.append({"base_lr": round(rng.uniform(1e-5, 0.5), 6), "base_batch_size": rng.randint(1, 512),
+                         "effective_batch_size": rng.randint(1, 4096)})
+    return lr_cases
+
+
 def judge_lr_rule(d):
-    args = [c if isinstance(c, list) else [c["base_lr"], c["base_batch_size"], c["effective_batch_size"]] for c in d["lr_cases"]]
-    return judge_batch(d, [], [lr * effective / base for lr, base, effective in args], None, d["lr_cases"])
+    cases = lr_rule_cases()
+    args = [c if isinstance(c, list) else [c["base_lr"], c["base_batch_size"], c["effective_batch_size"]] for c in cases]
+    return judge_batch(d, [], [lr * effective / base for lr, base, effective in args], None, cases)
 
 
 HIDDEN = {
@@ -318,10 +386,9 @@ HIDDEN = {
     ],
     "picklable": [
         Case("a LightningModule with NoisyRegressor's net", observe_picklable_module, judge_picklable_module),
-        Case("noise=0.1 by default", observe_picklable_default,
-             lambda d: None if d is True else "SpawnSafeRegressor() must augment with noise 0.1, like NoisyRegressor()"),
+        Case("noise=0.1 by default", observe_picklable_default, judge_picklable_default),
         Case("other noise levels, before and after pickling", observe_picklable_levels, judge_picklable_levels),
-        Case("noise=0: only the model", observe_picklable_no_noise, judge_picklable),
+        Case("noise=0: only the model", observe_picklable_no_noise, lambda d: judge_picklable(d, 0.0)),
         Case("each module keeps its own noise, pickled or not", observe_own_noise, judge_own_noise),
         Case("the same optimizer", observe_optimizer, judge_optimizer),
     ],
@@ -329,7 +396,7 @@ HIDDEN = {
         Case("every strategy of the table, with nodes and accumulation", observe_batch_strategies, judge_batch_strategies),
         Case("positional arguments and defaults", observe_batch_positional, judge_batch_positional),
         Case("other and removed strategies raise ValueError", observe_batch_strategy_names,
-             lambda d: judge_batch(d, ["ValueError"] * 9, [], d["cases"])),
+             lambda d: judge_batch(d, ["ValueError"] * 9, [], None)),
         Case("values below 1 raise ValueError, 1 is allowed", observe_batch_below_one, judge_batch_below_one),
         Case("the linear scaling rule, as a float", observe_lr_rule, judge_lr_rule),
     ],

@@ -31,6 +31,8 @@ def judge_gradients_every_step(d):
             return f"rank {rank} saw world size {r['world_size']}"
         if not r["grads_in_place"]:
             return f"rank {rank}: after average_gradients a parameter's .grad is not a tensor of the parameter's shape"
+        if len(r["grad_gaps"]) != 3:  # AVERAGE_INPUTS' steps
+            return f"rank {rank}: {len(r['grad_gaps'])} of 3 steps reported"
         worst = max(r["grad_gaps"])
         if worst > 1e-6:
             step = r["grad_gaps"].index(worst)
@@ -43,6 +45,8 @@ def judge_missing_gradients(d):
     if ran:
         return ran
     for rank, r in sorted(d["ranks"].items()):
+        if len(r["no_grad"]) != 3:  # AVERAGE_INPUTS' steps
+            return f"rank {rank}: {len(r['no_grad'])} of 3 steps reported"
         for step, names in enumerate(r["no_grad"]):
             if names != ["spare.bias", "spare.weight"]:
                 return (f"rank {rank}, step {step}: parameters without a gradient must keep .grad None; "
@@ -55,6 +59,7 @@ def judge_missing_gradients(d):
 # 2. each micro-batch's loss (MSE) divided by accum_steps                                 -> every case (weights)
 # 3. a last, shorter group still steps, its losses still divided by accum_steps           -> "does not divide"
 # 4. DDP all-reduces once per optimizer step: no_sync() on the group's other micro-batches -> every case (rounds)
+#    and no collective of the answer's own besides (an all-reduce per step of its own)    -> every case (own collectives)
 # 5. accum_steps=1: a step and an all-reduce after every micro-batch                      -> "accum_steps=1"
 # 6. the ranks' micro-batches may differ in size: still the weights of one process        -> "unequal sizes"
 #    averaging the ranks' mean losses
@@ -79,8 +84,24 @@ def observe_accumulate_generated(ns):
     return run_exercise_script(ns, "accumulate_no_sync", inputs=inputs)
 
 
+def accumulate_generated_inputs() -> dict:
+    """observe_accumulate_generated's inputs, rebuilt here (the same seed)."""
+    import random
+    rng = random.Random(71)
+    equal = rng.randint(3, 6)
+    runs = [{"accum_steps": 1, "rows": [[equal] * 3] * 2},
+            {"accum_steps": 3, "rows": [[equal] * 7] * 2},
+            {"accum_steps": 5, "rows": [[equal] * 3] * 2},
+            {"accum_steps": 2, "rows": [[rng.randint(1, 9) for _ in range(6)] for _ in range(2)]}]
+    return {"seed": rng.randint(1, 999), "hidden": rng.choice([5, 12]), "lr": 0.1, "runs": runs}
+
+
 def judge_accumulate_hidden(runs):
-    return lambda d: judge_accumulate_runs(d, None if d.get("public_only") else runs)
+    def judge(d):
+        if d.get("public_only"):  # the public launch failed, so the generated one was not made: say why
+            return judge_accumulate_runs(d) or "the generated launch did not run"
+        return judge_accumulate_runs(d, runs, accumulate_generated_inputs())
+    return judge
 
 
 # --- synced_metrics -------------------------------------------------------------------------------

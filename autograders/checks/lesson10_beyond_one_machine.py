@@ -163,7 +163,8 @@ def judge_rank_generated(data):
 #  5. srun starts one task per GPU on each node (--ntasks-per-node = GPUs per
 #     node = devices); with torchrun (section 5) one torchrun task per node,
 #     --nnodes = nodes, --nproc-per-node = GPUs; srun's own options and
-#     --ntasks agree                                                          -> "tasks per node"
+#     --ntasks agree; torchrun is torchrun whether srun starts it directly or
+#     in bash -c '...' (--node-rank=$SLURM_NODEID): one task per node then      -> "tasks per node"
 #  6. GPUs requested per node: --gres=gpu[:type]:N or --gpus-per-node=N, not
 #     --gpus (the whole job)                                                  -> "GPUs per node"
 #  7. the command (any command, with its arguments) is launched by srun, as
@@ -195,11 +196,25 @@ def observe_sbatch_generated(ns):
     return {"requests": requests, "texts": observe_sbatch_for(ns, requests)}
 
 
+def sbatch_requests() -> list[dict]:
+    """observe_sbatch_generated's requests, rebuilt here (the same seed): never read from an observation."""
+    import random
+
+    rng = random.Random(4417)
+    commands = ["python train.py", "python3 main.py fit --trainer.max_epochs=3", "python finetune.py --seed 7",
+                "python -m experiments.run --epochs 20", "python cli.py fit -c configs/unet.yaml"]
+    requests = [dict(r) for r in SBATCH_FIXED]
+    for _ in range(4):
+        requests.append({"nodes": rng.randint(1, 32), "gpus": rng.choice([1, 2, 3, 4, 6, 8]), "command": rng.choice(commands)})
+    return requests
+
+
 def sbatch_judge(clauses):
     def judge(data):
-        if data["requests"][:len(SBATCH_FIXED)] != SBATCH_FIXED or len(data["requests"]) != len(SBATCH_FIXED) + 4:
+        requests = sbatch_requests()
+        if data["requests"] != requests:
             return "the requests were changed while checking"
-        return judge_sbatch_all(data["requests"], data["texts"], clauses)
+        return judge_sbatch_all(requests, data["texts"], clauses)
     return judge
 
 

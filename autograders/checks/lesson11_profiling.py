@@ -17,10 +17,14 @@ from gpucourse.checks.lesson11 import judge_diagnoses, trace_specs
 #  3. GPU ranges of the same names (cat "gpu_user_annotation") do not count "a GPU trace ..."
 #  4. 'stall': the phase taking more than `share` of the phases' total; None when none does:
 #     any phase, any names, phases passed in any order ..................... "other names ...", "no stall at all"
+#     "more than": a phase at exactly `share` of the total is no stall ...... "exactly `share` ..."
+#     the total is the sum of the phases' times, not the steps' (ProfilerStep#) time, which also
+#     holds time in no phase ................................................ "time in no phase ..."
 #  5. `share` other than 0.5 ................................................ "another share"
 #  6. 'syncs': the phases in which an op of the four sync names starts (its ts within a range of
 #     the phase, ends included), each once, any order; aten::_local_scalar_dense alone counts;
 #     cudaStreamSynchronize / cudaDeviceSynchronize count ................ "a GPU trace ...", "other names ..."
+#     both ends included: a sync op starting exactly at a range's ts or ts + dur ..... "at the very start or end ..."
 #  7. a sync op in no phase is in no phase ................................. "a read between steps"
 #  8. events in any order; events other than "X" (metadata, flows, instants) carry no "dur" .. "shuffled events"
 #  9. the events are left unchanged ......................................... every case
@@ -108,7 +112,68 @@ def judge_real(results):
     return judge_diagnoses(results, [("model_bwd", ["loader"])], ["a real profile (sleep in one phase, .item() in another)"])
 
 
+# Boundaries, with durations that are exact in binary floating point, so that "exactly" is exact:
+# a phase at exactly `share` of the phases' total (0.5 and 0.75), and a trace whose steps spend most of their
+# time in no phase (the slow phase is above `share` of the phases' sum, below it of the steps' time).
+EDGE_SPECS = [
+    {"phases": ["load", "fwd", "bwd", "step"], "order": ["load", "fwd", "bwd", "step"], "steps": 3, "seed": 7,
+     "us": {"load": 512.0, "fwd": 256.0, "bwd": 128.0, "step": 128.0}},
+    {"phases": ["opt", "fetch", "model"], "order": ["fetch", "model", "opt"], "steps": 2, "seed": 8, "share": 0.75,
+     "us": {"fetch": 64.0, "model": 768.0, "opt": 192.0}},
+    {"phases": ["read", "forward", "backward"], "order": ["read", "forward", "backward"], "steps": 4, "seed": 9,
+     "idle": 4000.0, "us": {"read": 300.0, "forward": 900.0, "backward": 300.0}},
+    {"phases": ["h2d", "compute", "apply"], "order": ["h2d", "compute", "apply"], "steps": 2, "seed": 10, "share": 0.6,
+     "idle": 2500.0, "us": {"h2d": 200.0, "compute": 1400.0, "apply": 200.0}},
+]
+EDGE_LABELS = ["a phase at exactly share=0.5", "a phase at exactly share=0.75",
+               "time in no phase: the phases' sum, not the steps' time", "time in no phase, share=0.6"]
+SYNC_EDGE_SPECS = [
+    {"phases": ["batch", "model", "grads", "update"], "order": ["batch", "model", "grads", "update"], "steps": 2,
+     "seed": 11, "sync_at": {"model": "start", "update": "end"},
+     "us": {"batch": 300.0, "model": 400.0, "grads": 500.0, "update": 200.0}},
+    {"phases": ["fetch", "forward_pass", "opt"], "order": ["forward_pass", "opt", "fetch"], "steps": 3, "seed": 12,
+     "shuffle": True, "sync_at": {"fetch": "end"}, "us": {"fetch": 250.0, "forward_pass": 450.0, "opt": 350.0}},
+]
+SYNC_EDGE_LABELS = ["sync ops at a range's first and last microsecond", "a sync op at the end of the last phase"]
+
+
+def observe_edges(ns):
+    from gpucourse.checks.lesson11 import observe_diagnoses
+
+    return observe_diagnoses(ns, [
+        {"phases": ["load", "fwd", "bwd", "step"], "order": ["load", "fwd", "bwd", "step"], "steps": 3, "seed": 7,
+         "us": {"load": 512.0, "fwd": 256.0, "bwd": 128.0, "step": 128.0}},
+        {"phases": ["opt", "fetch", "model"], "order": ["fetch", "model", "opt"], "steps": 2, "seed": 8, "share": 0.75,
+         "us": {"fetch": 64.0, "model": 768.0, "opt": 192.0}},
+        {"phases": ["read", "forward", "backward"], "order": ["read", "forward", "backward"], "steps": 4, "seed": 9,
+         "idle": 4000.0, "us": {"read": 300.0, "forward": 900.0, "backward": 300.0}},
+        {"phases": ["h2d", "compute", "apply"], "order": ["h2d", "compute", "apply"], "steps": 2, "seed": 10, "share": 0.6,
+         "idle": 2500.0, "us": {"h2d": 200.0, "compute": 1400.0, "apply": 200.0}},
+    ])
+
+
+def observe_sync_edges(ns):
+    from gpucourse.checks.lesson11 import observe_diagnoses
+
+    return observe_diagnoses(ns, [
+        {"phases": ["batch", "model", "grads", "update"], "order": ["batch", "model", "grads", "update"], "steps": 2,
+         "seed": 11, "sync_at": {"model": "start", "update": "end"},
+         "us": {"batch": 300.0, "model": 400.0, "grads": 500.0, "update": 200.0}},
+        {"phases": ["fetch", "forward_pass", "opt"], "order": ["forward_pass", "opt", "fetch"], "steps": 3, "seed": 12,
+         "shuffle": True, "sync_at": {"fetch": "end"}, "us": {"fetch": 250.0, "forward_pass": 450.0, "opt": 350.0}},
+    ])
+
+
+def _expected_with_edges(spec):
+    stall, syncs = expected_diagnosis(spec)
+    return stall, sorted(set(syncs) | set(spec.get("sync_at", {})))
+
+
 HIDDEN = {"diagnose": [
+    Case("exactly `share` is not more than `share`; time in no phase is not a phase's", observe_edges,
+         lambda results: judge_diagnoses(results, [expected_diagnosis(s) for s in EDGE_SPECS], EDGE_LABELS)),
+    Case("sync ops at the very start or end of a range (both ends included)", observe_sync_edges,
+         lambda results: judge_diagnoses(results, [_expected_with_edges(s) for s in SYNC_EDGE_SPECS], SYNC_EDGE_LABELS)),
     Case("other names, phases passed in another order, the slow phase anywhere", observe_other_names,
          _judge(1101, 8, "other names")),
     Case("no stall at all, no sync", observe_no_stall, _judge(1102, 4, "no stall at all", stall="no", syncs="none")),

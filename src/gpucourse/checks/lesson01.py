@@ -33,14 +33,19 @@ def observe_cpu_pids(ns):
     return {"me": os.getpid(), "pids": [pid for _, pid, _ in answer(ns, "parallel_map")(worker_identity, range(6), "cpu", workers=2)]}
 
 
+def _judge_cpu_pids(d):
+    if len(d["pids"]) != 6 or not all(isinstance(p, int) for p in d["pids"]):
+        return "expected one result per item, each (x, pid, thread)"
+    return None if d["me"] not in d["pids"] else "ran in this process: use processes for GIL-bound work"
+
+
 register(
     "parallel_map",
     Case("kind='io' returns [fn(x) for x in items]", observe_squares_io,
          lambda d: None if d == [1, 4, 9] else f"expected [1, 4, 9], got {d}"),
     Case("kind='cpu' returns [fn(x) for x in items]", observe_squares_cpu,
          lambda d: None if d == [1, 4, 9] else f"expected [1, 4, 9], got {d}"),
-    Case("kind='cpu' runs in other processes", observe_cpu_pids,
-         lambda d: None if d["me"] not in d["pids"] else "ran in this process: use processes for GIL-bound work"),
+    Case("kind='cpu' runs in other processes", observe_cpu_pids, _judge_cpu_pids),
     answers=[Answer("parallel_map", "function",
                     'a function parallel_map(fn, items, kind, workers=None) returning the list [fn(x) for x in items], '
                     'in order; kind is "cpu" or "io"')],
@@ -178,6 +183,14 @@ def _judge_ranks_agree(d):
     ranks = d["ranks"]
     if ranks["0"]["average"] != ranks["1"]["average"]:
         return f"ranks disagree: {ranks['0']['average']} vs {ranks['1']['average']}"
+    # the driver's inputs, known here: ranks hold [1, 0] and [2, 10]; shards of 10 and 7 items
+    average = ranks["0"]["average"]
+    if len(average) != 2 or not abs(average[0] - 1.5) <= 1e-4 or not abs(average[1] - 5.0) <= 1e-4:
+        return f"the average of [1, 0] and [2, 10] came out as {average}"
+    for n in ("10", "7"):
+        together = sorted(i for r in ("0", "1") for i in ranks[r]["shards"][n])
+        if together != list(range(int(n))):
+            return f"with n={n} the ranks' shards do not cover each index exactly once"
     return None
 
 

@@ -11,15 +11,15 @@ ASSIGNMENT = "lesson06_lightning_devices"  # the course folder this module's exe
 def observe_agnostic(ns):
     import torch
     from gpucourse.checks import answer
+    from gpucourse.checks.lesson06 import readout_values
 
     mean, std = [1.0, -2.0, 0.5], [2.0, 0.5, 1.0]
     torch.manual_seed(0)
     model = answer(ns, "AgnosticStandardize")(mean, std)
-    x = torch.randn(5, 3)
-    w, b = model.readout.weight.detach(), model.readout.bias.detach()
-    expected = ((x - torch.tensor(mean)) / torch.tensor(std)) @ w.T + b + 1
+    x = torch.randn(5, 3, generator=torch.Generator().manual_seed(0))  # the judge draws the same x
     out = model(x)
-    record = {"cpu": {"shape": list(out.shape), "close": bool(torch.allclose(out, expected, atol=1e-5))},
+    record = {"cpu": {"shape": list(out.shape), "out": out.detach().double().reshape(-1).tolist(),
+                      "readout": readout_values(model)},
               "parameters": sorted(name for name, _ in model.named_parameters())}
     twin = answer(ns, "AgnosticStandardize")(mean, std).double()
     try:
@@ -36,8 +36,29 @@ def observe_agnostic(ns):
     return record
 
 
+def readout_values(model) -> dict:
+    """The read-out layer's weight and bias as lists (a judge recomputes the output from them)."""
+    return {"weight": model.readout.weight.detach().double().reshape(-1).tolist(),
+            "bias": model.readout.bias.detach().double().reshape(-1).tolist()}
+
+
+def standardize_expected(x: list, mean: list, std: list, readout: dict) -> list:
+    """(x - mean) / std, then the read-out (one output), plus 1: what a judge expects, from its own inputs."""
+    weight, (bias,) = readout["weight"], readout["bias"]
+    if len(weight) != len(mean):
+        raise ValueError("the read-out does not take one input per feature")
+    return [sum((v - m) / s * w for v, m, s, w in zip(row, mean, std, weight)) + bias + 1 for row in x]
+
+
+def outputs_close(got: list, want: list, atol: float, rtol: float = 0.0) -> bool:
+    return len(got) == len(want) and all(abs(g - w) <= atol + rtol * abs(w) for g, w in zip(got, want))  # NaN fails
+
+
 def judge_agnostic(d):
-    if d["cpu"]["shape"] != [5, 1] or not d["cpu"]["close"]:
+    import torch
+    x = torch.randn(5, 3, generator=torch.Generator().manual_seed(0)).double().tolist()
+    want = standardize_expected(x, [1.0, -2.0, 0.5], [2.0, 0.5, 1.0], d["cpu"]["readout"])
+    if d["cpu"]["shape"] != [5, 1] or not outputs_close(d["cpu"]["out"], want, 1e-5):
         return "on the CPU the output differs from Standardize's: (x - mean) / std, the read-out, plus 1"
     if d["parameters"] != ["readout.bias", "readout.weight"]:
         return f"the statistics must not be parameters; parameters are {d['parameters']}"
@@ -69,30 +90,38 @@ def observe_picklable(ns, noise=0.3):
         clone = pickle.loads(bytes(ForkingPickler.dumps(model)))  # what ddp_spawn does to your module
     except Exception as error:
         return {"pickled": f"{type(error).__name__}: {str(error)[:200]}"}
-    x, y = torch.randn(6, 4), torch.randn(6)
-    torch.manual_seed(1)
-    expected = x + noise * torch.randn_like(x)
+    g = torch.Generator().manual_seed(0)  # the judge draws the same x and y, and the same noise (seeds 1, 2)
+    x, y = torch.randn(6, 4, generator=g), torch.randn(6, generator=g)
     results = {}
     for name, m in (("original", model), ("unpickled", clone)):
         torch.manual_seed(1)
-        results[name] = bool(torch.allclose(m.augment(x), expected))
+        results[name] = torch.as_tensor(m.augment(x)).detach().double().reshape(-1).tolist()
     torch.manual_seed(2)
     loss = model.training_step((x, y), 0)
-    torch.manual_seed(2)
-    reference = F.mse_loss(model.net(x + noise * torch.randn_like(x)).squeeze(-1), y)
-    return {"pickled": "ok", "augment": results,
+    return {"pickled": "ok", "augment": results, "noise": noise,
             "same_weights": bool(torch.equal(model.net.weight, clone.net.weight)),
-            "loss": bool(torch.allclose(torch.as_tensor(loss), reference))}
+            "net": {"weight": model.net.weight.detach().double().reshape(-1).tolist(),
+                    "bias": model.net.bias.detach().double().reshape(-1).tolist()},
+            "loss": float(torch.as_tensor(loss).detach().reshape(-1)[0])}
 
 
-def judge_picklable(d):
+def judge_picklable(d, noise=0.3):
+    """``noise``: the level the observer asked for (the judge's own, never the observation's)."""
+    import torch
     if d["pickled"] != "ok":
         return f"pickling the module failed, as it would under ddp_spawn: {d['pickled']}"
-    if not d["augment"]["original"]:
+    g = torch.Generator().manual_seed(0)
+    x, y = torch.randn(6, 4, generator=g), torch.randn(6, generator=g)
+    expected = (x + noise * torch.randn(6, 4, generator=torch.Generator().manual_seed(1))).double().reshape(-1).tolist()
+    if not outputs_close(d["augment"]["original"], expected, 1e-6, 1e-5):
         return "augment(x) is not x + noise * torch.randn_like(x)"
-    if not d["augment"]["unpickled"] or not d["same_weights"]:
+    if not outputs_close(d["augment"]["unpickled"], expected, 1e-6, 1e-5) or not d["same_weights"]:
         return "after a pickle round trip the module behaves differently"
-    if not d["loss"]:
+    noisy = (x + noise * torch.randn(6, 4, generator=torch.Generator().manual_seed(2))).double()
+    weight = torch.tensor(d["net"]["weight"], dtype=torch.float64).reshape(1, 4)
+    bias = torch.tensor(d["net"]["bias"], dtype=torch.float64)
+    reference = float(((noisy @ weight.T + bias).squeeze(-1) - y.double()).pow(2).mean())
+    if not abs(d["loss"] - reference) <= 1e-5 * max(1.0, abs(reference)):
         return "training_step's loss differs from NoisyRegressor's"
     return None
 

@@ -81,13 +81,40 @@ def judge_same_weights(d, why):
     return why if d["ranks"]["0"]["weights"] != d["ranks"]["1"]["weights"] else None
 
 
+def average_reference(inputs=None) -> list[float]:
+    """The weights DDP ends with on drive_average_gradients' shards, computed here in one process: each
+    step's gradient is the mean of the ranks' gradients (the judge's own, never the ranks' report)."""
+    import torch
+
+    from gpucourse.ddp_scripts import TinyNet, regression_batch
+
+    inputs = {**AVERAGE_INPUTS, **(inputs or {})}
+    world = 2
+    from gpucourse.checks.seeded import global_rng  # the grader's threads share torch's generator
+    with global_rng():
+        torch.manual_seed(inputs["seed"])
+        model = TinyNet(inputs["hidden"])
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    for step in range(inputs["steps"]):
+        optimizer.zero_grad()
+        for rank in range(world):
+            rows = inputs["rows"][rank % len(inputs["rows"])]
+            x, y = regression_batch(step, rank, world, per_rank=max(inputs["rows"]), seed=inputs["seed"])
+            (torch.nn.functional.mse_loss(model(x[:rows]), y[:rows]) / world).backward()
+        optimizer.step()
+    return [float(w) for p in model.parameters() for w in p.detach().reshape(-1)]
+
+
 def _judge_matches_ddp(d):
     same = judge_same_weights(d, "after 3 steps the two ranks hold different weights: their gradients were not the same")
     if same:
         return same
     ranks = d["ranks"]
-    if max(r["max_gap_to_ddp"] for r in ranks.values()) > 1e-5:
-        return f"the weights differ from DDP's by up to {max(r['max_gap_to_ddp'] for r in ranks.values()):.3g}"
+    want = average_reference()
+    gap = max(max((abs(a - b) for a, b in zip(r["weights"], want)), default=float("inf"))
+              if len(r["weights"]) == len(want) else float("inf") for r in ranks.values())
+    if not gap <= 1e-5:  # NaN is never close
+        return f"the weights differ from DDP's by up to {gap:.3g}"
     return None
 
 
@@ -133,12 +160,16 @@ def drive_accumulate(ns, inputs=None):
         torch.manual_seed(inputs["seed"] + index)
         model = nn.Sequential(nn.Linear(4, inputs["hidden"]), nn.Tanh(), nn.Linear(inputs["hidden"], 1), nn.Flatten(0)).to(device)
         reference = copy.deepcopy(model)
-        rounds = []
+        rounds, own, in_hook = [], [], []
 
         def counting_hook(state, bucket):  # DDP's own averaging, counted: one round ends with the last bucket
             if bucket.is_last():
                 rounds.append(1)
-            reduced = dist.all_reduce(bucket.buffer().div_(world), async_op=True).get_future()
+            in_hook.append(1)
+            try:
+                reduced = dist.all_reduce(bucket.buffer().div_(world), async_op=True).get_future()
+            finally:
+                in_hook.pop()
             return reduced.then(lambda fut: fut.value()[0])
 
         ddp_model = DDP(model)
@@ -146,11 +177,33 @@ def drive_accumulate(ns, inputs=None):
         optimizer = torch.optim.SGD(ddp_model.parameters(), lr=inputs["lr"])
         record = {"run": index, "accum_steps": accum, "batches": len(rows[rank]),
                   "steps": math.ceil(len(rows[rank]) / accum), "rows": rows[rank]}
+        group_class = type(dist.distributed_c10d._get_default_group())
+        collectives = {}  # every collective of the process group the answer ran itself (not DDP's hook's)
+        for name in ("allreduce", "allreduce_coalesced", "allgather", "allgather_coalesced", "_allgather_base",
+                     "allgather_into_tensor_coalesced", "reduce", "reduce_scatter", "_reduce_scatter_base",
+                     "reduce_scatter_tensor_coalesced", "broadcast", "alltoall_base", "alltoall", "gather", "scatter"):
+            if hasattr(group_class, name):
+                collectives[name] = getattr(group_class, name)
+
+        def counted(name, real):
+            def collective(*args, **kwargs):
+                if not in_hook:
+                    own.append(name)
+                return real(*args, **kwargs)
+            return collective
+
+        for name, real in collectives.items():
+            setattr(group_class, name, counted(name, real))
         try:
             ns["train_accumulating"](ddp_model, list(data[rank]), accum, optimizer)
         except Exception as error:
             record["error"] = f"{type(error).__name__}: {str(error)[:200]}"
+        finally:
+            for name, real in collectives.items():
+                setattr(group_class, name, real)
         record["rounds"] = len(rounds)
+        record["own_collectives"] = sorted(set(own))
+        record["own_collective_calls"] = len(own)
         ref_optimizer = torch.optim.SGD(reference.parameters(), lr=inputs["lr"])
         for start in range(0, len(rows[rank]), accum):
             ref_optimizer.zero_grad()
@@ -174,30 +227,79 @@ def observe_accumulate(ns):
     return run_exercise_script(ns, "accumulate_no_sync")
 
 
-def judge_accumulate_runs(d, runs=None):
-    """Every run (or those of ``runs``): no error, the same weights on both ranks, one all-reduce round per
-    optimizer step, and the weights of one process training on both ranks' micro-batches."""
+def accumulate_reference(inputs) -> list[list[float]]:
+    """For each run of ``inputs``: the weights of one process training on both ranks' micro-batches (the
+    same groups, each rank's loss divided by accum_steps and by the world size), computed here."""
+    import copy
+
+    import torch
+    from torch import nn
+    from torch.nn import functional as F
+
+    from gpucourse.ddp_scripts import regression_batch
+
+    world, expected = 2, []
+    for index, run in enumerate(inputs["runs"]):
+        accum, rows = run["accum_steps"], run["rows"]
+        data = [[regression_batch(1000 * index + 100 * r + i, per_rank=n, seed=inputs["seed"]) for i, n in enumerate(rows[r])]
+                for r in range(world)]
+        from gpucourse.checks.seeded import global_rng  # the grader's threads share torch's generator
+        with global_rng():
+            torch.manual_seed(inputs["seed"] + index)
+            model = nn.Sequential(nn.Linear(4, inputs["hidden"]), nn.Tanh(), nn.Linear(inputs["hidden"], 1), nn.Flatten(0))
+        reference = copy.deepcopy(model)
+        optimizer = torch.optim.SGD(reference.parameters(), lr=inputs["lr"])
+        for start in range(0, len(rows[0]), accum):
+            optimizer.zero_grad()
+            for i in range(start, min(start + accum, len(rows[0]))):
+                for r in range(world):
+                    x, y = data[r][i]
+                    (F.mse_loss(reference(x), y) / accum / world).backward()
+            optimizer.step()
+        expected.append([float(w) for p in reference.parameters() for w in p.detach().reshape(-1)])
+    return expected
+
+
+def judge_accumulate_runs(d, runs=None, inputs=None):
+    """Every run of ``inputs`` (the judge's own; ACCUM_INPUTS by default), or those of ``runs``: no error,
+    the same weights on both ranks, one all-reduce round per optimizer step, no collective of the answer's
+    own, and the weights of one process training on both ranks' micro-batches (computed here)."""
+    import math
+
+    inputs = inputs or ACCUM_INPUTS
     ran = judge_script_ran(d)
     if ran:
         return ran
     ranks = d["ranks"]
-    for i, run in enumerate(ranks["0"]["runs"]):
+    if any(len(r["runs"]) != len(inputs["runs"]) for r in ranks.values()):
+        return f"{len(ranks['0']['runs'])} of {len(inputs['runs'])} runs reported"
+    expected = None
+    for i, run in enumerate(inputs["runs"]):
         if runs is not None and i not in runs:
             continue
-        where = f"with accum_steps={run['accum_steps']} and {run['batches']} micro-batches"
+        batches = len(run["rows"][0])
+        where = f"with accum_steps={run['accum_steps']} and {batches} micro-batches"
         for rank, r in sorted(ranks.items()):
             if "error" in r["runs"][i]:
                 return f"{where}, rank {rank}: train_accumulating raised {r['runs'][i]['error']}"
         if ranks["0"]["runs"][i]["weights"] != ranks["1"]["runs"][i]["weights"]:
             return f"{where} the two ranks end with different weights: their gradients were not averaged before every step"
         for rank, r in sorted(ranks.items()):
-            got, steps = r["runs"][i]["rounds"], r["runs"][i]["steps"]
+            if r["runs"][i]["own_collective_calls"]:
+                return (f"{where}, rank {rank}: train_accumulating ran {r['runs'][i]['own_collective_calls']} "
+                        f"collective(s) of its own ({', '.join(r['runs'][i]['own_collectives'])}) besides DDP's: "
+                        "all-reduce once per optimizer step, DDP's, with no_sync() on the other micro-batches")
+        for rank, r in sorted(ranks.items()):
+            got, steps = r["runs"][i]["rounds"], math.ceil(len(run["rows"][int(rank)]) / run["accum_steps"])
             if got > steps:
                 return (f"{where}, rank {rank}: DDP all-reduced the gradients {got} times for {steps} optimizer step(s): "
                         "all-reduce once per optimizer step, not after every micro-batch")
             if got < steps:
                 return f"{where}, rank {rank}: DDP all-reduced the gradients {got} times for {steps} optimizer step(s)"
-        worst = max(r["runs"][i]["gap_to_reference"] for r in ranks.values())
+        expected = expected or accumulate_reference(inputs)
+        want = expected[i]
+        worst = max(max((abs(a - b) for a, b in zip(r["runs"][i]["weights"], want)), default=float("inf"))
+                    if len(r["runs"][i]["weights"]) == len(want) else float("inf") for r in ranks.values())
         if not worst <= 1e-5:  # NaN is never close
             return (f"{where} the weights differ from one process training on both ranks' micro-batches "
                     f"by up to {worst:.3g}")

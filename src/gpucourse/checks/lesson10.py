@@ -235,8 +235,26 @@ def _contains(words: list[str], part: list[str]) -> bool:
     return any(words[i:i + len(part)] == part for i in range(len(words) - len(part) + 1))
 
 
+def _is_torchrun(program: list[str]) -> bool:
+    return bool(program) and (os.path.basename(program[0]) == "torchrun" or (
+        _python_args(program[:1]) is not None and program[1:3] == ["-m", "torch.distributed.run"]))
+
+
+def _shell_commands(text: str) -> list[list[str]]:
+    """The simple commands of a ``bash -c`` string (split at ``;``, ``&&``, ``||``, ``|`` and new lines), as words."""
+    commands = []
+    for part in re.split(r"\s*(?:;|&&|\|\||\||\n)\s*", text):
+        words = _program(_split(part) or [])
+        if words:
+            commands.append(words)
+    return commands
+
+
 def _launch(words: list[str], command: list[str], nodes: int, gpus: int) -> dict:
-    """How a body line that runs ``command`` launches it: {"srun": srun's options, "kind", "problem"}."""
+    """How a body line that runs ``command`` launches it: {"srun": srun's options, "kind", "problem"}.
+
+    ``kind`` is "torchrun" when srun starts torchrun (directly, or inside ``bash -c '...'``), which then
+    starts the workers, and "lightning" when srun starts the command itself (directly or in ``bash -c``)."""
     words = _program(words)
     if not words or os.path.basename(words[0]) != "srun":
         return {"kind": "once", "srun": {}, "problem": "runs once, on the first node only: launch it with srun"}
@@ -245,15 +263,22 @@ def _launch(words: list[str], command: list[str], nodes: int, gpus: int) -> dict
     if program[:len(command)] == command:
         return {"kind": "lightning", "srun": srun, "problem": None}
     if len(program) >= 3 and os.path.basename(program[0]) in ("bash", "sh") and "-c" in program[1:-1]:
-        inner = _split(program[program.index("-c") + 1]) or []
+        inner = _shell_commands(program[program.index("-c") + 1])
+        launcher = next((c for c in inner if _is_torchrun(c)), None)
+        if launcher is not None:  # bash -c 'torchrun ... --node-rank=$SLURM_NODEID ...': torchrun launches
+            return _torchrun(launcher, command, nodes, gpus, srun)
+        runs = any(c[:len(command)] == command for c in inner)
         return {"kind": "lightning", "srun": srun,
-                "problem": None if _contains(inner, command) else "bash -c does not run the command as given"}
-    torch_run = (os.path.basename(program[0]) == "torchrun" if program else False) or (
-        _python_args(program[:1]) is not None and program[1:3] == ["-m", "torch.distributed.run"])
-    if not torch_run:
+                "problem": None if runs else "bash -c does not run the command as given"}
+    if not _is_torchrun(program):
         shown = " ".join(program[:len(command) + 1])
         return {"kind": "lightning", "srun": srun,
                 "problem": f"srun must start the command itself, as given; this line starts {shown!r}"}
+    return _torchrun(program, command, nodes, gpus, srun)
+
+
+def _torchrun(program: list[str], command: list[str], nodes: int, gpus: int, srun: dict) -> dict:
+    """A torchrun launch (``program`` starts with torchrun or python -m torch.distributed.run) of ``command``."""
     options, script = _split_options(program[1 if program[0].endswith("torchrun") else 3:], TORCHRUN_FLAGS)
     after_python = _python_args(command)
     if "no-python" in options:
@@ -323,8 +348,10 @@ def sbatch_problems(request: dict, text) -> list[tuple[str, str]]:
         program = _program(words)
         if not program or program[0] in ("echo", "printf", "cat", "#"):
             continue
-        runs = _contains(words, wanted) or any(command in w for w in words if " " in w) or (
-            tail and _contains(words, tail) and any(w.endswith(("torchrun", "torch.distributed.run")) for w in words))
+        # a bash -c string's own words count too: srun bash -c 'torchrun ... train.py'
+        flat = words + [w for quoted in words if " " in quoted for c in _shell_commands(quoted) for w in c]
+        runs = _contains(flat, wanted) or any(command in w for w in words if " " in w) or (
+            tail and _contains(flat, tail) and any(w.endswith(("torchrun", "torch.distributed.run")) for w in flat))
         if runs:
             launches.append((line, _launch(words, wanted, nodes, gpus)))
     if not launches:

@@ -27,7 +27,8 @@ def synthetic_trace(spec: dict) -> list[dict]:
     or "device": which sync op runs inside that label's range), ``outside`` (an ``aten::item`` between
     two steps, in no label), ``gpu`` (GPU ranges of the same names and kernels, as a CUDA run has),
     ``decoys`` (CPU ranges whose names contain a label's name), ``shuffle`` (events in random order),
-    ``seed``.
+    ``seed``, ``idle`` (µs per step spent in no phase, inside the step's ``ProfilerStep#`` range),
+    ``sync_at`` (label -> "start" or "end": an ``aten::item`` exactly at that end of the label's ranges).
     """
     import random
 
@@ -67,6 +68,9 @@ def synthetic_trace(spec: dict) -> list[dict]:
                                "ts": start + 0.4 * dur, "dur": 0.5 * dur, "args": {}})
                 events.append({"ph": "X", "cat": "user_annotation", "name": f"Optimizer.step#SGD.{label}", "pid": pid,
                                "tid": tid, "ts": start + 0.41 * dur, "dur": 0.48 * dur, "args": {}})
+            edge = spec.get("sync_at", {}).get(label)
+            if edge is not None:  # a sync op starting exactly at an end of the range: both ends are inside it
+                op("aten::item", start if edge == "start" else start + dur, 1.0)
             kind = syncs.get(label)
             middle = start + 0.6 * dur
             if kind == "item":
@@ -97,6 +101,7 @@ def synthetic_trace(spec: dict) -> list[dict]:
                 events.append({"ph": "f", "id": flow, "pid": pid, "tid": tid, "ts": start + 0.3 * dur, "cat": "fwdbwd",
                                "name": "fwdbwd", "bp": "e"})
             t = start + dur + 3.0 + rng.randint(0, 5)
+        t += float(spec.get("idle", 0.0))  # time in the step but in no phase (not part of the phases' sum)
         events.append({"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{step + 2}", "pid": pid, "tid": tid,
                        "ts": step_start - 1.0, "dur": t - step_start + 1.0, "args": {}})
         if spec.get("decoys"):  # a long range on another thread whose name contains the shortest phase's
