@@ -49,7 +49,7 @@ sys.path.insert(0, scenarios[0]["folder"])
 from gpucourse.checks import runner, forked_launch
 runner.import_course()
 import test_driver
-from gpucourse.launch import read_rank_reports, _descendants
+from gpucourse.launch import _descendants
 assert forked_launch.start(), "the copy did not start"
 results = {}
 for scenario in scenarios:
@@ -60,7 +60,8 @@ for scenario in scenarios:
     time.sleep(0.3)
     results[scenario["name"]] = {"returncode": result.returncode, "timed_out": result.timed_out,
                                  "output": result.output[-3000:], "seconds": time.perf_counter() - started,
-                                 "ranks": {str(k): v for k, v in read_rank_reports(folder, strict=False).items()},
+                                 "ranks": {str(k): v for k, v in result.reports.items()},
+                                 "files": sorted(n for n in os.listdir(folder) if n.startswith("rank")),
                                  "left": sorted(_descendants(forked_launch._ZYGOTE["pid"]))}
 print(json.dumps(results))
 """
@@ -115,6 +116,7 @@ def test_every_rank_reports_as_under_torchrun(launched):
     result = launched["reports"]
     assert result["returncode"] == 0, result["output"]
     assert sorted(result["ranks"]) == ["0", "1"]
+    assert result["files"] == [], "ranks report through the pipes the launcher hands them, not files"
     for rank, report in result["ranks"].items():
         assert report["world"] == 2 and report["total"] == 3.0  # 1 + 2, summed over both ranks
         assert report["inputs"] == {"sizes": [5, 3]}

@@ -110,11 +110,12 @@ def _launch(source: str, world_size: int, driver: str, inputs=None) -> dict:
             (work / "inputs.json").write_text(json.dumps(inputs))
         target = [str(work / "student.py"), str(work), driver]
         if forked_launch.available():  # grading: ranks forked from the runner's clean copy, no Python started
-            launch = forked_launch.launch(target, nproc=world_size, timeout=SCRIPT_TIMEOUT, cwd=str(work))
+            launch = forked_launch.launch(target, nproc=world_size, timeout=SCRIPT_TIMEOUT, cwd=str(work), source=source)
         else:
             launch = torchrun(["-m", "gpucourse.checks.ddp_harness", *target], nproc=world_size,
                               timeout=SCRIPT_TIMEOUT, cwd=work)
-        ranks = {str(rank): report for rank, report in read_rank_reports(work, strict=False).items()}
+        reports = launch.reports if launch.reports is not None else read_rank_reports(work, strict=False)
+        ranks = {str(rank): report for rank, report in reports.items()}
     tail = "\n".join(line for line in launch.output.splitlines() if line.strip())[-1500:]
     return {"returncode": "timeout" if launch.timed_out else launch.returncode, "ranks": ranks, "tail": tail}
 
