@@ -443,11 +443,12 @@ class Quiet:
             found.append("gc callbacks were left (gc.callbacks)")
             self._callbacks[:] = self._held_callbacks
         changed = [s for s, handler in self._handlers.items() if self._getsignal(s) is not handler]
-        if changed:
-            found.append("signal handlers were changed: " + ", ".join(map(_signal_name, changed)))
-            for s in changed:
-                with contextlib.suppress(OSError, ValueError, TypeError):
-                    self._signal(s, self._handlers[s])
+        foreign = [s for s in changed if not _library_handler(self._getsignal(s), self._handlers[s])]
+        if foreign:
+            found.append("signal handlers were changed: " + ", ".join(map(_signal_name, foreign)))
+        for s in changed:  # a library's (DataLoader's SIGCHLD handler) is put back too, without a flag
+            with contextlib.suppress(OSError, ValueError, TypeError):
+                self._signal(s, self._handlers[s])
         timers = [t for t in TIMERS if self._getitimer(t) != (0.0, 0.0)]
         if timers:
             found.append("an interval timer was left running (signal.setitimer)")
@@ -462,6 +463,26 @@ class Quiet:
         if children:
             found.append(f"{len(children)} processes were left running")
         return found
+
+
+def _library_handler(handler, held, depth: int = 0) -> bool:
+    """Whether ``handler`` is a library's (torch's DataLoader installs one for SIGCHLD) that calls only
+    the handler before it, ending at ``held``: no code of the cells in the chain."""
+    if handler is held or handler in (signal.SIG_DFL, signal.SIG_IGN, None):
+        return True
+    if type(handler) is not types.FunctionType or depth > 8:
+        return False
+    if not _in_scope(getattr(handler, "__module__", None) or "__main__"):
+        return False
+    chained = [value for value in map(_cell_value, handler.__closure__ or ()) if callable(value)]
+    return all(_library_handler(previous, held, depth + 1) for previous in chained)
+
+
+def _cell_value(cell):
+    try:
+        return cell.cell_contents
+    except ValueError:  # an empty cell
+        return None
 
 
 def _signal_name(number: int) -> str:
