@@ -317,8 +317,23 @@ def observe(nb, resources):
         resources["notes"].append("the run ended before all checks ran" + (" (out of time)" if outcome.timed_out else
                                                                            f" (exit code {outcome.returncode})"))
     apply_records(nb, resources, records)
+    for reason in infrastructure(resources["observations"]):
+        resources["notes"].append(reason)
     resources["log"] = outcome.output
     return nb, resources
+
+
+def infrastructure(observations: dict) -> list[str]:
+    """Why launches failed for reasons of the machine's, not the answer's (``gpucourse.checks.ddp``
+    tried each again first): notes a person reads in flagged.txt, never a silent 0."""
+    found = []
+    for case_id, observation in observations.items():
+        data = observation.get("data")
+        if isinstance(data, dict) and data.get("infrastructure"):
+            reason = f"a multi-process launch failed for reasons of the machine ({str(data['infrastructure'])[:200]}): regrade {case_id.split('/')[0]}"
+            if reason not in found:
+                found.append(reason)
+    return found
 
 
 # --- 4. judge, here ----------------------------------------------------------------------------------
