@@ -613,7 +613,7 @@ def _work(cells: list[dict], cell_seconds: float, observe_seconds: float, start:
 
 # --- the supervisor: holds the results, watches the worker from outside ------------------------------
 
-GRACE = 15.0  # seconds a cell or check may overrun its own alarm before it is stopped from outside
+GRACE = 10.0  # seconds a cell or check may overrun its own alarm before it is stopped from outside
 RESTARTS = 3  # fresh workers after cells or checks that had to be stopped from outside
 SETUP_SECONDS = 120  # a fresh worker's snapshot, before its first cell
 
