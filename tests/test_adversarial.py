@@ -168,7 +168,7 @@ FORGED_LAUNCH = (
     "def average_across_ranks(tensor):\n    return tensor.clone()\n"
     "reports = {str(r): {'rank': r, 'world_size': 2, 'shards': {'10': list(range(r, 10, 2)), '7': list(range(r, 7, 2))},"
     " 'average': [1.5, 5.0], 'input_unchanged': True} for r in (0, 1)}\n"
-    "checks = 'gpucourse.' + 'checks.'\n"
+    f"checks = {'gpucourse.checks.'[::-1]!r}[::-1]\n"
     "for o in gc.get_objects():\n    if type(o) is dict and o.get('__name__') == checks + 'ddp':\n"
     "        key = (__exercise_sources__['average_across_ranks'], 2, checks + 'lesson01:drive_average_across_ranks', 'null')\n"
     "        o['_LAUNCHED'][key] = {'returncode': 0, 'ranks': reports, 'tail': ''}\n")
@@ -350,7 +350,7 @@ def _attacks(paths: dict[str, Path]) -> dict[str, dict]:
         "leaks_hidden_observers": {"nb": unanswered(parallel_map=LEAK_OBSERVERS), "max": zero, "leak": True},
         "brute_forces_the_answer_key": {"nb": unanswered(choose_tools=ANSWER_KEY), "max": zero,
                                         "output": {"choose_tools": unreadable}},
-        "reads_executed_solutions": {"nb": unanswered(parallel_map=read_reference.replace("'nbgrader'", "'nb' + 'grader'") +
+        "reads_executed_solutions": {"nb": unanswered(parallel_map=read_reference.replace("'nbgrader'", repr("nbgrader"[::-1]) + "[::-1]") +
             "import gpucourse, os\nhere = os.path.dirname(os.path.dirname(os.path.dirname(gpucourse.__file__)))\n"
             f"for path in [os.path.join(here, 'build', 'executed', {ASSIGNMENT!r}, {NOTEBOOK!r}),\n"
             f"             os.path.join(os.path.dirname(here), {BESIDE!r}, {NOTEBOOK!r})]:\n"
