@@ -144,11 +144,11 @@ FORGED_RECORDS = (
 
 # Everything reachable from a cell that holds an observer's source, printed into the feedback.
 LEAK_OBSERVERS = (
-    "import gc, sys\nfound = set()\nfor o in gc.get_objects():\n    if type(o) is dict:\n"
-    "        for v in list(o.values())[:50]:\n            if type(v) is str and 'def obs' + 'erve' in v:\n                found.add(v[:400])\n"
-    "f = sys._getframe()\nwhile f is not None:\n    for v in list(f.f_locals.values()):\n        text = repr(v)\n"
-    "        if 'def obs' + 'erve' in text:\n            found.add(text[:2000])\n    f = f.f_back\n"
-    "print(chr(10).join(sorted(found))[:15000])\n")
+    "import gc, re, sys\nfound = set()\ndef look(text):\n    found.update(re.findall(r'def (obs' + r'erve_\\w+)', text))\n"
+    "for o in gc.get_objects():\n    if type(o) is dict:\n        for v in list(o.values())[:50]:\n"
+    "            if type(v) is str:\n                look(v)\n"
+    "f = sys._getframe()\nwhile f is not None:\n    for v in list(f.f_locals.values()):\n        look(repr(v))\n    f = f.f_back\n"
+    "print('observers seen:', sorted(found))\n")
 
 # The key to the answer exercises (make release writes it into the package), tried letter by letter.
 ANSWER_KEY = (
