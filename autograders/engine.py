@@ -16,8 +16,10 @@ notebook and the resources it reads without running the others.
 ``record.py`` goes on with ``save_grades`` and ``late_penalty`` (the gradebook's only writer).
 
 Only this (trusted) process judges and writes grades. From the sandbox it accepts JSON lines on a
-pipe of its own and nothing else; a line that is not JSON, or any record after the runner's
-``done``, is ignored.
+pipe of its own and nothing else, in the runner's protocol (``protocol``): one record per cell in
+order, then exactly one observation per case in the job's order, then ``done``; anything else (a
+record before its time, a duplicate, out of order, not JSON, after ``done``) is forgery. The
+observers go to the sandbox on a second pipe, which the runner reads only after the cells.
 
 Resources, by the step that first sets or reads them:
 
@@ -26,7 +28,8 @@ Resources, by the step that first sets or reads them:
   ``sandbox`` (``work``, ``hide``, ``limits``, ``isolate``, ``preloads``: for ``observe`` only);
 - ``take_answers``: ``plan`` (``assemble.Plan``), ``answers`` (grade id -> source or None);
 - ``flag``: ``flags``, ``forgery``;
-- ``observe``: ``observations`` (case id -> record), ``notes``, ``log``, ``seconds``;
+- ``observe``: ``observations`` (case id -> record), ``notes``, ``log``, ``seconds``; ``flags`` and
+  ``forgery`` grow when the run's records break the protocol or the runner refused to observe;
 - ``judge``: ``scores``, ``max_scores``, ``report`` (test grade id -> ✓/✗ lines).
 """
 

@@ -1,12 +1,18 @@
 """The grader's sandbox side: run a submission's cells, then the observers; report plain data.
 
-    python -m gpucourse.checks.runner RESULTS_FD < job.json
+    python -m gpucourse.checks.runner RESULTS_FD OBSERVERS_FD < job.json
 
-``job.json`` (read whole before any student code runs): ``{"cells": [{"source", "grade_id"}],
-"observers": [{"case", "source", "function"}], "cell_seconds", "observe_seconds"}``.
-RESULTS_FD receives JSON lines: one per cell (its output and error), one per observer
-(``{"case", "ok", "data" | "error"}``; ``"answer": true`` when the error is a missing or mistyped
-answer, whose message already says what to define), then ``{"type": "done"}``.
+``job.json``: ``{"cells": [{"source", "grade_id"}], "cell_seconds", "observe_seconds"}``; the
+observers (``[{"case", "source", "function"}]``) come on OBSERVERS_FD, read only once the cells are
+done (tests may put them in the job as ``"observers"`` and leave OBSERVERS_FD out).
+RESULTS_FD receives JSON lines: one per cell (its output and error), in order; then one per
+observer, in order (``{"case", "ok", "data" | "error"}``; ``"answer": true`` when the error is a
+missing or mistyped answer, whose message already says what to define); ``{"type": "flag",
+"reason"}`` when the run was refused or forged; then ``{"type": "done"}``.
+
+Two processes (see autograders/THREAT_MODEL.md): the *supervisor* (``main``, ``Supervisor``) holds
+the results and the observers and never runs student code; it forks a *worker* (``_work``) that runs
+the cells and then, one at a time, the observers it is sent, and watches it from outside.
 
 Why it looks like this:
 - no IPython: a student cell cannot install input transformers or pre-run hooks that rewrite the
@@ -25,9 +31,12 @@ Why it looks like this:
 - observations leave as JSON, never pickle; judging happens in the grader's process;
 - multi-process exercises fork their launcher and ranks from a copy of this process taken before
   the first cell (``forked_launch``), instead of starting a Python and importing torch per rank;
-- a cell that runs out of time takes every process it left behind with it (``kill_strays``: this
-  process is their subreaper), so a fork bomb in one answer costs that answer, not the next ones;
-  the alarm repeats until it is taken, since one raised inside an at-fork hook is swallowed.
+- every cell's leftover processes are killed after it (``kill_strays``: the worker is their
+  subreaper), so a fork bomb in one answer costs that answer, not the next ones; the alarm repeats
+  until it is taken, since one raised inside an at-fork hook is swallowed; a cell that still does not
+  stop is stopped from outside, and a fresh worker goes on after it;
+- before any observer runs the worker must be quiet (``Quiet``): nothing of the cells' left running
+  that could patch what the observers use while they run.
 """
 
 from __future__ import annotations
