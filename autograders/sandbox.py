@@ -139,7 +139,8 @@ def probe() -> Isolation:
     if not shutil.which("bwrap"):
         return Isolation("", ("bubblewrap is not installed: apt-get install bubblewrap (or dnf/pacman install "
                               "bubblewrap); root on a grading server gets namespaces without it",))
-    trial = subprocess.run(_bwrap_base() + ["--ro-bind", "/", "/", "--", "true"], capture_output=True, timeout=30)
+    base = _bwrap_base()  # the namespaces alone: a run's root is sandbox.visible(), the probe's the whole
+    trial = subprocess.run(base[:1] + ["--ro-bind", "/", "/"] + base[1:] + ["--", "true"], capture_output=True, timeout=30)
     if trial.returncode != 0:
         return Isolation("", (_userns_problem() or "bubblewrap cannot create its namespaces: "
                               + trial.stderr.decode(errors="replace").strip()[-200:],))
