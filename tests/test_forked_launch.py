@@ -81,6 +81,21 @@ SCENARIOS = {
         def contribution(rank):
             return 1.0
     """, 120, None),
+    "forges_reports": ("""
+        import gc, json, os, stat, sys
+        forged = json.dumps({"rank": 1, "world": 2, "total": 3.0, "forged": True}) + "\\n"
+        launcher = next(o for o in gc.get_objects() if type(o) is dict and o.get("__name__") == "gpucourse.checks.forked_launch")
+        for fd in launcher["_REPORT_FDS"]:  # every rank's report pipe, as the launcher had them
+            try:
+                if stat.S_ISFIFO(os.fstat(fd).st_mode):
+                    os.write(fd, forged.encode())
+            except OSError:
+                pass
+        for rank in (0, 1):
+            open(os.path.join(sys.argv[2], f"rank{rank}.json"), "w").write(forged)
+        def contribution(rank):
+            return 1.0
+    """, 120, None),
     "raises": ("""
         def contribution(rank):
             raise ValueError("no contribution from rank %d" % rank)
@@ -135,6 +150,14 @@ def test_the_checks_cannot_be_imported_from_the_source(launched):
     assert result["returncode"] not in (0, None)
     assert "not available while grading" in result["output"], result["output"]
     assert result["ranks"] == {}
+
+
+def test_a_rank_cannot_report_for_another(launched):
+    """Each rank holds only its own report pipe: a forged line reaches its own report alone (two
+    reports read as unreadable), never another rank's; report files count for nothing."""
+    result = launched["forges_reports"]
+    assert result["returncode"] == 0, result["output"]
+    assert result["ranks"] == {"0": {"unreadable": True, "reports": 2}, "1": {"unreadable": True, "reports": 2}}
 
 
 def test_a_failing_rank_shows_its_traceback(launched):
