@@ -120,13 +120,17 @@ def become_subreaper() -> bool:
 
 # bound before any student code runs: the freeze comes before the cell's patches are undone
 _kill, _getpid = os.kill, os.getpid
+# Set in a worker whose supervisor is PID 1 of the sandbox's PID namespace: then ``kill(-1)`` reaches
+# only the sandbox's processes (PID 1 is spared), and the launcher copy is thawed afterwards.
+FREEZE = {"namespace": False, "keep": set()}
 
 
 def freeze_strays() -> None:
-    """At a cell's timeout, before anything else: as PID 1 of the sandbox's own PID namespace, stop
-    every other process in it with one ``kill(-1, SIGSTOP)`` (PID 1 is spared), so that a fork bomb
-    stops forking and leaves the CPU to this process. ``kill_strays`` then kills them."""
-    if _getpid() == 1:
+    """At a cell's timeout, before anything else: in the sandbox's own PID namespace, stop every other
+    process in it with one ``kill(-1, SIGSTOP)`` (PID 1, the supervisor, and this worker are spared),
+    so that a fork bomb stops forking and leaves the CPU to this process. ``kill_strays`` then kills
+    them and thaws ``FREEZE["keep"]``."""
+    if _getpid() == 1 or FREEZE["namespace"]:
         try:
             _kill(-1, signal.SIGSTOP)
         except OSError:
@@ -539,7 +543,7 @@ def run_cells(cells: list[dict], seconds: float, emit, taken: Snapshot, start: i
         finally:
             _disarm()
             taken.restore()  # a patched builtin must not break the runner itself, nor reach the next cell's checks
-        killed = kill_strays(set())  # with os and gpucourse.launch as they were before the cell
+        killed = kill_strays(FREEZE["keep"])  # with os and gpucourse.launch as they were before the cell
         if killed and error and error.startswith("CellTimeout"):
             error += f" (its {killed} leftover processes were killed)"
         if index >= start:
@@ -584,7 +588,7 @@ def _close_all_but(keep: set[int]) -> None:
 
 
 def _work(cells: list[dict], cell_seconds: float, observe_seconds: float, start: int, skipped: set[int],
-          up_fd: int, down_fd: int) -> None:
+          up_fd: int, down_fd: int, namespace_init: bool = False, zygote: int | None = None) -> None:
     """The worker: the cells, then one check at a time as the supervisor sends them. It holds no
     results channel and no observer until the cells are done, and reports only to the supervisor."""
     forked_launch.relay(Channel(write=up_fd), Channel(read=down_fd))  # drops the copy's pipes first
@@ -593,6 +597,7 @@ def _work(cells: list[dict], cell_seconds: float, observe_seconds: float, start:
     os.dup2(devnull, 0)
     os.close(devnull)
     up, down = Channel(write=up_fd), Channel(read=down_fd)
+    FREEZE.update(namespace=namespace_init, keep={zygote} if zygote else set())
     become_subreaper()
     signal.signal(signal.SIGALRM, _on_alarm)
     quiet = Quiet()
@@ -616,7 +621,7 @@ def _work(cells: list[dict], cell_seconds: float, observe_seconds: float, start:
         record = run_observer(message, namespace, observe_seconds)
         taken.restore()  # the student's code ran again: what it patched must not reach the next observer
         taken.restore_environment()
-        kill_strays(set())
+        kill_strays(FREEZE["keep"])
         up.send({"type": "observation", "id": message["id"], "record": record, "problems": quiet.problems()})
 
 
@@ -665,12 +670,22 @@ class Supervisor:
         down_r, down_w = os.pipe()
         sys.stdout.flush()
         sys.stderr.flush()
-        pid = os.fork()
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                pid = os.fork()
+                break
+            except BlockingIOError:  # at the process limit a moment longer: what was killed is still being reaped
+                if time.monotonic() > deadline:
+                    raise
+                _reap()
+                time.sleep(0.05)
         if pid == 0:
             try:
                 os.close(up_r)
                 os.close(down_w)
-                _work(self.cells, self.cell_seconds, self.observe_seconds, start, set(self.skipped), up_w, down_r)
+                _work(self.cells, self.cell_seconds, self.observe_seconds, start, set(self.skipped), up_w, down_r,
+                      namespace_init=os.getpid() == 1, zygote=next(iter(forked_launch.pids()), None))
             except BaseException:
                 traceback.print_exc()
             finally:
@@ -682,11 +697,27 @@ class Supervisor:
     def _stop(self) -> None:
         if self.worker is None:
             return
+        if os.getpid() == 1:  # the sandbox's init: stop everything first (a fork bomb stops forking)
+            with contextlib.suppress(OSError):
+                os.kill(-1, signal.SIGSTOP)
         launch.kill_tree(self.worker["pid"])
-        self._end_launches()
         with contextlib.suppress(ChildProcessError):
             os.waitpid(self.worker["pid"], 0)
-        _reap()
+        # the worker's orphans come here: kill and reap them all (a zombie still counts against the
+        # process limit, and the next worker must be forked)
+        deadline = time.monotonic() + 10
+        while True:
+            _reap()
+            copy = forked_launch.pids() | set().union(*map(launch._descendants, forked_launch.pids()))
+            left = launch._descendants(os.getpid()) - copy
+            if not left or time.monotonic() > deadline:
+                break
+            launch._signal(left, signal.SIGKILL)
+            time.sleep(0.01)
+        for pid in copy:  # thawed, if the freeze above stopped them
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGCONT)
+        self._end_launches()
         for fd in (self.worker["up"].read_fd, self.worker["down"].write_fd):
             with contextlib.suppress(OSError):
                 os.close(fd)
