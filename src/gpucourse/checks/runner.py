@@ -433,9 +433,26 @@ class Quiet:
         self._handlers = {s: signal.getsignal(s) for s in SIGNALS}
         self._wakeup = signal.set_wakeup_fd
         self._listdir, self._pid = os.listdir, os.getpid()
+        self._frames, self._get_ident, self._sleep = sys._current_frames, threading.get_ident, time.sleep
 
-    def problems(self) -> list[str]:
-        """What is not quiet; each is also undone where it can be (a thread or an audit hook cannot)."""
+    def _threads_on_cells(self, samples: int = 5) -> int:
+        """Threads but this one that run the cells' code, or whose target was defined in a cell, in any
+        of a few looks a few milliseconds apart."""
+        found = set()
+        for _ in range(samples):
+            for ident, frame in self._frames().items():
+                if ident != self._get_ident() and ident not in found and _runs_cells(frame):
+                    found.add(ident)
+            self._sleep(0.005)
+        for thread in self._threading.enumerate():
+            if thread.ident != self._get_ident() and _defined_in_cells(getattr(thread, "_target", None)):
+                found.add(thread.ident)
+        return len(found)
+
+    def problems(self, after_check: bool = False) -> list[str]:
+        """What is not quiet; each is also undone where it can be (a thread or an audit hook cannot).
+        ``after_check``: threads a check's libraries started (Lightning, the profiler, Triton keep
+        one) are allowed; one that runs the cells' code, or was started on it, is not."""
         found = []
         if self._gettrace() is not None or self._getprofile() is not None:
             found.append("a trace or profile function was left set (sys.settrace, sys.setprofile)")
@@ -470,12 +487,37 @@ class Quiet:
         if self._wakeup(-1) != -1:
             found.append("a signal wake-up descriptor was left set (signal.set_wakeup_fd)")
         threads = len(self._listdir(f"/proc/{self._pid}/task")) if os.path.isdir(f"/proc/{self._pid}/task") else 1
+        if after_check:
+            threads = 1 + self._threads_on_cells()
         if threads != 1:
             found.append(f"{threads - 1} threads were left running")
         children = launch._descendants(self._pid)
         if children:
             found.append(f"{len(children)} processes were left running")
         return found
+
+
+def _in_cells(code) -> bool:
+    return isinstance(getattr(code, "co_filename", None), str) and code.co_filename.startswith("<cell ")
+
+
+def _runs_cells(frame) -> bool:
+    while frame is not None:
+        if _in_cells(frame.f_code):
+            return True
+        frame = frame.f_back
+    return False
+
+
+def _defined_in_cells(target, depth: int = 0) -> bool:
+    """Whether a thread's target is the cells' code, through partials and bound methods."""
+    if target is None or depth > 4:
+        return False
+    if _in_cells(getattr(target, "__code__", None)) or getattr(target, "__module__", None) == "__main__":
+        return True
+    inner = [getattr(target, "func", None), getattr(target, "__func__", None), getattr(target, "__self__", None)]
+    inner += [a for a in getattr(target, "args", ()) or () if callable(a)] if isinstance(getattr(target, "args", None), tuple) else []
+    return any(_defined_in_cells(i, depth + 1) for i in inner if i is not None and i is not target)
 
 
 def _library_handler(handler, held, depth: int = 0) -> bool:
@@ -622,7 +664,7 @@ def _work(cells: list[dict], cell_seconds: float, observe_seconds: float, start:
         taken.restore()  # the student's code ran again: what it patched must not reach the next observer
         taken.restore_environment()
         kill_strays(FREEZE["keep"])
-        up.send({"type": "observation", "id": message["id"], "record": record, "problems": quiet.problems()})
+        up.send({"type": "observation", "id": message["id"], "record": record, "problems": quiet.problems(after_check=True)})
 
 
 if __name__ == "__main__":  # the supervisor (gpucourse.checks.supervisor) forks the workers from here

@@ -147,13 +147,13 @@ class Supervisor:
             self.zygote = None
         self.pending.clear()
 
-    def _external_problems(self) -> list[str]:
-        """What the supervisor sees of the worker from outside: its threads and processes."""
+    def _external_problems(self, threads: bool = True) -> list[str]:
+        """What the supervisor sees of the worker from outside: its threads (after the cells) and processes."""
         pid, found = self.worker["pid"], []
         with contextlib.suppress(OSError):
-            threads = len(os.listdir(f"/proc/{pid}/task"))
-            if threads != 1:
-                found.append(f"{threads - 1} threads were left running")
+            count = len(os.listdir(f"/proc/{pid}/task"))
+            if threads and count != 1:
+                found.append(f"{count - 1} threads were left running")
         children = launch._descendants(pid)
         if children:
             found.append(f"{len(children)} processes were left running")
@@ -272,7 +272,7 @@ class Supervisor:
                 self.zygote = zygote
                 if pending:  # a launch still running: its replies would reach the next check
                     raise ProtocolError("a check ended while its launch ran")
-                return message["record"], [str(p) for p in message.get("problems", [])] or self._external_problems()
+                return message["record"], [str(p) for p in message.get("problems", [])] or self._external_problems(threads=False)
             if kind == "launch" and self._allowed(message) and zygote is not None:
                 forked_launch.request(message)
                 pending[str(message["id"])] = None
