@@ -6,15 +6,17 @@ the whole process group; and captured output cut at a byte limit.
 
 Isolated, additionally: new network (loopback only), mount, PID and IPC namespaces (no network, no
 view of or signal to the grader's processes, and every process left behind dies with the
-namespace), the course's private folders and every other student's work hidden under empty tmpfs
-mounts, and the code runs as ``nobody`` with no capabilities. Two ways, probed once (``probe()``):
+namespace), a root holding only what ``visible()`` lists (the system's programs and libraries, the
+interpreter, its venv, the course's package without its answer-derived files; nothing of the
+checkout around them, of other students' work or of the grader), and the code runs as ``nobody``
+with no capabilities. Two ways, probed once (``probe()``):
 
 - ``namespaces``: the grader runs as root on Linux and ``unshare`` works (CI, a grading server); the
   code runs as the real ``nobody``, and runs may be forked from a preloaded Python (``Preloaded``).
 - ``bwrap``: any user, with bubblewrap and unprivileged user namespaces (a laptop, a shared account);
   the code is ``nobody`` inside a user namespace and the grader's own user outside (with its
-  supplementary groups: an unprivileged process cannot drop them), and the whole file system is
-  read-only but for its working folder and its own /tmp and /dev/shm. Every run starts
+  supplementary groups: an unprivileged process cannot drop them), and what it sees is read-only but
+  for its working folder and its own /tmp and /dev/shm. Every run starts
   Python: bubblewrap has to start the program it confines, and a child forked from a preloaded
   Python is already running.
 
@@ -455,7 +457,8 @@ def run(command: list[str], workdir: Path, *, env: dict[str, str] | None = None,
     ``isolate``: None or True, the method ``probe()`` found (None: none if it found none); a method
     name (METHODS) for that one; False, none. ``workdir`` becomes the code's current folder (``/mnt``
     when isolated; handed to ``nobody`` under ``namespaces``). ``hide`` lists folders the code must
-    not read (isolated only). ``pass_fds`` are given to the code and closed here. ``preloaded``: fork
+    not read although they lie inside a visible folder (isolated only; nothing else is visible anyway).
+    ``pass_fds`` are given to the code and closed here. ``preloaded``: fork
     a Python ``command`` from that server (same sandbox, no interpreter start-up) when it can.
     """
     if isinstance(isolate, str):
