@@ -407,6 +407,7 @@ def battle(tmp_path_factory):
     # folder beside the checkout (the sandbox shows neither, wherever the checkout is)
     planted = [ROOT / "build" / "executed" / ASSIGNMENT / NOTEBOOK, ROOT.parent / BESIDE / NOTEBOOK]
     made = [p for p in planted if not p.exists()]
+    folders = [f for p in made for f in [*reversed(p.parents)] if not f.exists()]  # created here, removed after
     for path in made:
         path.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(SOLUTIONS / ASSIGNMENT / NOTEBOOK, path)
@@ -416,7 +417,8 @@ def battle(tmp_path_factory):
     finally:
         for path in made:
             path.unlink()
-        shutil.rmtree(ROOT.parent / BESIDE, ignore_errors=True)
+        for folder in reversed(folders):
+            folder.rmdir()
     return attacks, batch, results, time.perf_counter() - started
 
 
