@@ -16,8 +16,10 @@ notebook and the resources it reads without running the others.
 ``record.py`` goes on with ``save_grades`` and ``late_penalty`` (the gradebook's only writer).
 
 Only this (trusted) process judges and writes grades. From the sandbox it accepts JSON lines on a
-pipe of its own and nothing else; a line that is not JSON, or any record after the runner's
-``done``, is ignored.
+pipe of its own and nothing else, in the runner's protocol (``protocol``): one record per cell in
+order, then exactly one observation per case in the job's order, then ``done``; anything else (a
+record before its time, a duplicate, out of order, not JSON, after ``done``) is forgery. The
+observers go to the sandbox on a second pipe, which the runner reads only after the cells.
 
 Resources, by the step that first sets or reads them:
 
@@ -26,7 +28,8 @@ Resources, by the step that first sets or reads them:
   ``sandbox`` (``work``, ``hide``, ``limits``, ``isolate``, ``preloads``: for ``observe`` only);
 - ``take_answers``: ``plan`` (``assemble.Plan``), ``answers`` (grade id -> source or None);
 - ``flag``: ``flags``, ``forgery``;
-- ``observe``: ``observations`` (case id -> record), ``notes``, ``log``, ``seconds``;
+- ``observe``: ``observations`` (case id -> record), ``notes``, ``log``, ``seconds``; ``flags`` and
+  ``forgery`` grow when the run's records break the protocol or the runner refused to observe;
 - ``judge``: ``scores``, ``max_scores``, ``report`` (test grade id -> ✓/✗ lines).
 """
 
@@ -180,19 +183,64 @@ def _read_results(fd: int, sink: list[bytes]) -> None:
             total += len(chunk)
 
 
-def _records(raw: bytes) -> tuple[list[dict], bool]:
-    records = []
-    for line in raw.splitlines():
+def _write_all(fd: int, data: bytes) -> None:
+    """Write ``data`` to a pipe and close it; stops when the reader is gone."""
+    view = memoryview(data)
+    try:
+        while view:
+            view = view[os.write(fd, view):]
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _records(raw: bytes) -> tuple[list, bool]:
+    """The runner's records, each line parsed (a line that is not a JSON object stays as it is, for
+    ``protocol`` to refuse), up to its ``done``; whether ``done`` came. What follows ``done`` is kept
+    too: the runner writes nothing after it."""
+    records, finished = [], False
+    lines = raw.split(b"\n")[:-1]  # the runner ends every record with a newline: a cut last line is left out
+    for line in lines:
         try:
             record = json.loads(line)
         except ValueError:
-            continue
-        if not isinstance(record, dict):
-            continue
-        if record.get("type") == "done":
-            return records, True
+            record = line[:200]
         records.append(record)
-    return records, False
+        finished = finished or (isinstance(record, dict) and record.get("type") == "done")
+    return records, finished
+
+
+def protocol(records: list, cell_count: int, case_ids: list[str]) -> tuple[list[dict], list[str], list[str]]:
+    """The records as the runner writes them, or why not: one record per cell, in order; then, after
+    the last cell, exactly one observation per case in the job's order (the run may end early: the
+    rest have none); ``flag`` records from the runner's supervisor anywhere; nothing after ``done``.
+    Returns (the records to apply, the runner's flags, what broke the protocol: a forgery)."""
+    accepted, flags, broken = [], [], []
+    cells = observed = 0
+    finished = False
+    for record in records:
+        kind = record.get("type") if isinstance(record, dict) else None
+        if finished:
+            broken.append(f"a record after done ({str(kind or record)[:60]})")
+        elif kind == "flag":
+            flags.append(str(record.get("reason", "flagged by the runner"))[:1000])
+        elif kind == "done":
+            finished = True
+        elif kind == "cell" and record.get("index") == cells and cells < cell_count:
+            accepted.append(record)
+            cells += 1
+        elif kind == "observation" and cells == cell_count and observed < len(case_ids) and record.get("case") == case_ids[observed]:
+            accepted.append(record)
+            observed += 1
+        elif kind == "cell":
+            broken.append(f"cell record {str(record.get('index'))[:20]} out of turn (cell {cells} was due)")
+        elif kind == "observation":
+            due = f"case {case_ids[observed]}" if cells == cell_count and observed < len(case_ids) else "none"
+            broken.append(f"observation of {str(record.get('case'))[:80]} out of turn ({due} was due)")
+        else:
+            broken.append(f"a record that is not the runner's ({str(kind or record)[:60]})")
+    return accepted, flags, broken[:5]
 
 
 def _cell_outputs(record: dict) -> list[dict]:
@@ -205,10 +253,20 @@ def _cell_outputs(record: dict) -> list[dict]:
     return outputs
 
 
-def apply_records(nb, resources, records: list[dict]) -> None:
-    """The runner's records onto the notebook (each cell's output and error on the cell it ran) and
-    into ``resources["observations"]`` (the first record of each case counts)."""
+def apply_records(nb, resources, records: list) -> None:
+    """The runner's records, checked against the protocol (``protocol``), onto the notebook (each
+    cell's output and error on the cell it ran) and into ``resources["observations"]``. A record out
+    of turn is a forgery (it zeroes the submission); the runner's own flags zero it too (it refused
+    to observe a process that was not quiet, or its worker wrote out of turn)."""
     plan, observations = resources["plan"], resources.setdefault("observations", {})
+    case_ids = [cid for named in cases_of(nb, resources["checks"], resources["assignment"]).values() for cid, _ in named]
+    records, flags, broken = protocol(records, len(plan.cells), case_ids)
+    reasons = flags + ([f"the run's records broke the grader's protocol: {'; '.join(broken)}"] if broken else [])
+    for reason in reasons:
+        resources["forgery"] = resources.get("forgery", []) + [reason]
+        resources["flags"] = resources.get("flags", []) + [reason]
+        _meta(nb).setdefault("forgery", []).append(reason)
+        _meta(nb).setdefault("flags", []).append(reason)
     for record in records:
         if record.get("type") == "cell" and isinstance(record.get("index"), int) and 0 <= record["index"] < len(plan.cells):
             nb["cells"][plan.cells[record["index"]]["template_index"]]["outputs"] = _cell_outputs(record)
@@ -230,22 +288,26 @@ def observe(nb, resources):
     limits, preloads = options["limits"], options.get("preloads")
     cases = cases_of(nb, resources["checks"], resources["assignment"])
     job = {"cells": [{"source": c["source"], "grade_id": c["grade_id"]} for c in plan.cells],
-           "observers": [_observer(cid, case) for named in cases.values() for cid, case in named],
            # one stuck cell or check costs a fraction of the wall time, not the whole run
            "cell_seconds": min(300, limits.wall_seconds / 6), "observe_seconds": min(240, limits.wall_seconds / 2)}
+    # the observers (hidden ones' source and inputs) on a pipe of their own, which the runner reads
+    # only once the cells are done: no cell can read them
+    observers = json.dumps([_observer(cid, case) for named in cases.values() for cid, case in named]).encode()
     box = options["work"] / ".sandbox" / f"{resources['student']}__{resources['assignment']}"
     if box.exists():
         shutil.rmtree(box)
     box.mkdir(parents=True)
     read_end, write_end = os.pipe()
+    observers_r, observers_w = os.pipe()
     sink: list[bytes] = []
     reader = threading.Thread(target=_read_results, args=(read_end, sink), daemon=True)
     reader.start()
+    threading.Thread(target=_write_all, args=(observers_w, observers), daemon=True).start()
     server = preloads.take() if preloads is not None else None
     try:
-        outcome = sandbox.run([sys.executable, "-m", "gpucourse.checks.runner", str(write_end)], box,
+        outcome = sandbox.run([sys.executable, "-m", "gpucourse.checks.runner", str(write_end), str(observers_r)], box,
                               env=_env(), hide=options["hide"], limits=limits, isolate=options.get("isolate"),
-                              stdin=json.dumps(job).encode(), pass_fds=(write_end,), preloaded=server)
+                              stdin=json.dumps(job).encode(), pass_fds=(write_end, observers_r), preloaded=server)
     finally:
         if server is not None:
             preloads.give(server)
@@ -258,8 +320,23 @@ def observe(nb, resources):
         resources["notes"].append("the run ended before all checks ran" + (" (out of time)" if outcome.timed_out else
                                                                            f" (exit code {outcome.returncode})"))
     apply_records(nb, resources, records)
+    for reason in infrastructure(resources["observations"]):
+        resources["notes"].append(reason)
     resources["log"] = outcome.output
     return nb, resources
+
+
+def infrastructure(observations: dict) -> list[str]:
+    """Why launches failed for reasons of the machine's, not the answer's (``gpucourse.checks.ddp``
+    tried each again first): notes a person reads in flagged.txt, never a silent 0."""
+    found = []
+    for case_id, observation in observations.items():
+        data = observation.get("data")
+        if isinstance(data, dict) and data.get("infrastructure"):
+            reason = f"a multi-process launch failed for reasons of the machine ({str(data['infrastructure'])[:200]}): regrade {case_id.split('/')[0]}"
+            if reason not in found:
+                found.append(reason)
+    return found
 
 
 # --- 4. judge, here ----------------------------------------------------------------------------------

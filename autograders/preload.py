@@ -169,6 +169,7 @@ def _isolate(script: str, processes: int, user: int = NOBODY) -> None:
     mounts = subprocess.run(["sh", "-c", script], stdin=subprocess.DEVNULL)  # output: the sandbox's own
     if mounts.returncode != 0:
         os._exit(mounts.returncode & 0xFF or 1)
+    os.chroot(sandbox.ROOT_MOUNT)  # the root the script put together: only what sandbox.visible() lists
     os.chdir("/mnt")
     _drop_privileges(processes, user)
     _check(libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "pdeathsig")  # a change of user clears it

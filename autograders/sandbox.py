@@ -6,15 +6,17 @@ the whole process group; and captured output cut at a byte limit.
 
 Isolated, additionally: new network (loopback only), mount, PID and IPC namespaces (no network, no
 view of or signal to the grader's processes, and every process left behind dies with the
-namespace), the course's private folders and every other student's work hidden under empty tmpfs
-mounts, and the code runs as ``nobody`` with no capabilities. Two ways, probed once (``probe()``):
+namespace), a root holding only what ``visible()`` lists (the system's programs and libraries, the
+interpreter, its venv, the course's package without its answer-derived files; nothing of the
+checkout around them, of other students' work or of the grader), and the code runs as ``nobody``
+with no capabilities. Two ways, probed once (``probe()``):
 
 - ``namespaces``: the grader runs as root on Linux and ``unshare`` works (CI, a grading server); the
   code runs as the real ``nobody``, and runs may be forked from a preloaded Python (``Preloaded``).
 - ``bwrap``: any user, with bubblewrap and unprivileged user namespaces (a laptop, a shared account);
   the code is ``nobody`` inside a user namespace and the grader's own user outside (with its
-  supplementary groups: an unprivileged process cannot drop them), and the whole file system is
-  read-only but for its working folder and its own /tmp and /dev/shm. Every run starts
+  supplementary groups: an unprivileged process cannot drop them), and what it sees is read-only but
+  for its working folder and its own /tmp and /dev/shm. Every run starts
   Python: bubblewrap has to start the program it confines, and a child forked from a preloaded
   Python is already running.
 
@@ -119,7 +121,7 @@ def _bwrap_base() -> list[str]:
     return [shutil.which("bwrap") or "bwrap", "--unshare-user", "--uid", str(NOBODY), "--gid", str(NOBODY),
             "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
             "--die-with-parent", "--new-session", "--cap-drop", "ALL",
-            "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
+            "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp", "--ro-bind-try", "/sys", "/sys"]
 
 
 @functools.cache
@@ -139,7 +141,8 @@ def probe() -> Isolation:
     if not shutil.which("bwrap"):
         return Isolation("", ("bubblewrap is not installed: apt-get install bubblewrap (or dnf/pacman install "
                               "bubblewrap); root on a grading server gets namespaces without it",))
-    trial = subprocess.run(_bwrap_base() + ["--", "true"], capture_output=True, timeout=30)
+    base = _bwrap_base()  # the namespaces alone: a run's root is sandbox.visible(), the probe's the whole
+    trial = subprocess.run(base[:1] + ["--ro-bind", "/", "/"] + base[1:] + ["--", "true"], capture_output=True, timeout=30)
     if trial.returncode != 0:
         return Isolation("", (_userns_problem() or "bubblewrap cannot create its namespaces: "
                               + trial.stderr.decode(errors="replace").strip()[-200:],))
@@ -230,60 +233,117 @@ def _needed_folders() -> list[Path]:
     return list(dict.fromkeys(f.resolve() for f in folders))
 
 
+# --- what a sandbox sees: this allow-list, and nothing else ------------------------------------------
+
+SYSTEM = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc")  # programs, libraries, settings
+# Files of the package derived from the answers: never in a sandbox (the self-check key's salted hashes
+# give every quiz answer to a loop over the letters).
+ANSWER_FILES = ("checks/self_check.json",)
+ROOT_MOUNT = "/dev/shm"  # where the sandbox's root is put together, inside its own mount namespace
+
+
+def _package() -> Path:
+    import gpucourse
+
+    return Path(gpucourse.__file__).resolve().parent
+
+
+@functools.cache
+def _package_copy() -> Path:
+    """The course's package without ANSWER_FILES: a copy made once per grader, shown to every sandbox
+    at the package's own path (modules a preloaded Python imported keep their paths)."""
+    import atexit
+    import tempfile
+
+    package = _package()
+    folder = Path(tempfile.mkdtemp(prefix="gpucourse-package-"))
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    answers = {package / name for name in ANSWER_FILES}
+    copy = folder / package.name
+    shutil.copytree(package, copy, ignore=lambda where, names: [n for n in names if Path(where, n) in answers])
+    for path in [folder, *folder.rglob("*")]:
+        path.chmod(0o755 if path.is_dir() else 0o644)
+    return copy
+
+
+def visible() -> list[tuple[str, str]]:
+    """Everything a sandbox sees of this machine, as (path inside, source outside): the system's
+    programs and libraries, the interpreter, its venv, the package (a copy without ANSWER_FILES).
+    Nothing else: not the checkout around them, its neighbours, /home, /root or /tmp (the sandbox
+    has its own /tmp, /dev/shm and /proc, and its working folder at /mnt)."""
+    shown = [(path, path) for path in SYSTEM if os.path.lexists(path)]
+    package = _package()
+    for folder in (Path(sys.base_prefix).resolve(), Path(sys.prefix).resolve()):
+        if not any(folder == Path(p) or folder.is_relative_to(p) for p, _ in shown):
+            shown.append((str(folder), str(folder)))
+    shown.append((str(package), str(_package_copy())))
+    return shown
+
+
+def _root_script(workdir: Path, hide: list[Path]) -> list[str]:
+    """Shell lines, run as root in the new mount namespace, that put the sandbox's root together at
+    ROOT_MOUNT from ``visible()`` alone; the caller then changes root to it (``chroot``). A folder in
+    ``hide`` that lies inside a visible one is covered too."""
+    root = ROOT_MOUNT
+    script = [f"mount -t tmpfs -o mode=0755 gpucourse-root {root}"]
+    for inside, source in visible():
+        target, quoted = shlex.quote(root + inside), shlex.quote(source)
+        if os.path.islink(source) and inside == source:  # /bin -> usr/bin: the same link
+            script += [f"mkdir -p {shlex.quote(str(Path(root + inside).parent))}",
+                       f"ln -s {shlex.quote(os.readlink(source))} {target}"]
+        elif os.path.isdir(source):
+            script += [f"mkdir -p {target}", f"mount --bind {quoted} {target}"]
+    for path in hide:
+        path = Path(path).resolve()
+        if path.is_dir() and any(path.is_relative_to(inside) for inside, _ in visible()):
+            script.append(f"mount -t tmpfs -o size=1m,mode=0755 gpucourse-hidden {shlex.quote(root + str(path))}")
+    script += [f"mkdir {root}/proc {root}/dev {root}/tmp {root}/mnt {root}/sys",
+               f"mount -t proc -o nosuid,noexec,nodev proc {root}/proc",
+               f"mount --bind /dev {root}/dev",  # devices; not /dev/shm or /dev/pts mounted below it
+               f"mount -t tmpfs -o mode=1777 gpucourse-shm {root}/dev/shm",
+               f"mount --bind /sys {root}/sys",
+               f"mount -t tmpfs -o mode=1777 gpucourse-tmp {root}/tmp",
+               f"mount --bind {shlex.quote(str(workdir.resolve()))} {root}/mnt"]
+    return script
+
+
 def _mount_script(workdir: Path, hide: list[Path], proc: bool = False) -> list[str]:
-    """Shell lines run as root inside the new namespaces: the work folder at /mnt, tmpfs over hidden
-    folders and /tmp, loopback up. ``proc``: mount the PID namespace's own /proc first (what
-    ``unshare --mount-proc`` does; the preloaded path has no ``unshare`` command to do it).
+    """Shell lines run as root inside the new namespaces: loopback up, then the sandbox's root from
+    ``visible()`` alone (``_root_script``) at ROOT_MOUNT, which the caller makes the root. ``proc``:
+    mount the PID namespace's own /proc first (what ``unshare --mount-proc`` does; the preloaded path
+    has no ``unshare`` command to do it).
 
     The new network namespace has only a loopback interface, brought up so that the code can use
     127.0.0.1 among its own processes (gloo needs it); nothing outside the namespace is reachable.
     """
-    # Bind the work folder first: the tmpfs mounts below may cover the folder it lives in.
     script = ["set -e", "mount --make-rprivate /"] + (["mount -t proc -o nosuid,noexec,nodev proc /proc"] if proc else [])
-    script += [f"mount --bind {shlex.quote(str(workdir))} /mnt", "ip link set lo up"]
-    keep, restore = _keep_reachable(_needed_folders(), masked=["/tmp"])
-    script += keep
-    script.append("mount -t tmpfs -o mode=1777 gpucourse-tmp /tmp")
-    script += restore
-    for path in hide:  # a folder under /tmp is gone already: the namespace has its own /tmp
-        quoted = shlex.quote(str(path))
-        script.append(f"[ ! -d {quoted} ] || mount -t tmpfs -o size=1m,mode=0755 gpucourse-hidden {quoted}")
-    script.append("mount -t tmpfs -o mode=1777 gpucourse-shm /dev/shm")
-    return script
+    script += ["ip link set lo up"]
+    return script + _root_script(workdir, hide)
 
 
 def _isolated_command(command: list[str], workdir: Path, hide: list[Path], limits: Limits) -> list[str]:
-    """Wrap ``command``: namespaces, the mounts of ``_mount_script``, then nobody in /mnt."""
-    script = _mount_script(workdir, hide) + [
-        "cd /mnt",
-        "exec setpriv --reuid={0} --regid={0} --clear-groups --no-new-privs --inh-caps=-all "
-        "prlimit --nproc={1} -- {2}".format(limits.user, limits.processes, shlex.join(command)),
-    ]
+    """Wrap ``command``: namespaces, the mounts of ``_mount_script``, then nobody in /mnt of that root."""
+    inner = "cd /mnt && exec setpriv --reuid={0} --regid={0} --clear-groups --no-new-privs --inh-caps=-all " \
+            "prlimit --nproc={1} -- {2}".format(limits.user, limits.processes, shlex.join(command))
+    chroot = shutil.which("chroot", path=os.pathsep.join([os.defpath, "/usr/sbin", "/sbin"])) or "chroot"
+    script = _mount_script(workdir, hide) + [f"exec {chroot} {ROOT_MOUNT} sh -c {shlex.quote(inner)}"]
     return ["unshare", "--net", "--mount", "--pid", "--ipc", "--fork", "--kill-child", "--mount-proc", "--",
             "sh", "-c", "\n".join(script)]
 
 
 def _bwrap_command(command: list[str], workdir: Path, hide: list[Path]) -> list[str]:
-    """Wrap ``command`` in bubblewrap: ``_bwrap_base``'s namespaces over a read-only root, the
-    ``hide`` folders under empty tmpfs, the interpreter's folders bound back where /tmp or a hidden
-    folder covers them, the work folder writable at /mnt.
-    """
-    needed = _needed_folders()
-
-    def under(path: Path, folder: Path) -> bool:
-        return path == folder or path.is_relative_to(folder)
-
-    tmp = Path("/tmp").resolve()
+    """Wrap ``command`` in bubblewrap: ``_bwrap_base``'s namespaces over an empty root holding only
+    ``visible()`` (read-only), its own /dev, /proc and /tmp, the work folder writable at /mnt; a
+    ``hide`` folder inside a visible one under an empty tmpfs."""
     args = _bwrap_base()
-    covering = [tmp]
+    for inside, source in visible():
+        if os.path.islink(source) and inside == source:
+            args += ["--symlink", os.readlink(source), inside]
+        elif os.path.isdir(source):
+            args += ["--ro-bind", source, inside]
     for path in (Path(p).resolve() for p in hide):
-        # a folder under /tmp is gone already (the run has its own /tmp), unless needed folders lie in it
-        if path.is_dir() and (not under(path, tmp) or any(under(n, path) for n in needed)):
+        if path.is_dir() and any(path.is_relative_to(inside) for inside, _ in visible()):
             args += ["--tmpfs", str(path)]
-            covering.append(path)
-    for folder in needed:
-        if any(under(folder, c) for c in covering):
-            args += ["--ro-bind", str(folder), str(folder)]
     args += ["--bind", str(workdir.resolve()), "/mnt", "--chdir", "/mnt", "--"]
     return args + command
 
@@ -397,7 +457,8 @@ def run(command: list[str], workdir: Path, *, env: dict[str, str] | None = None,
     ``isolate``: None or True, the method ``probe()`` found (None: none if it found none); a method
     name (METHODS) for that one; False, none. ``workdir`` becomes the code's current folder (``/mnt``
     when isolated; handed to ``nobody`` under ``namespaces``). ``hide`` lists folders the code must
-    not read (isolated only). ``pass_fds`` are given to the code and closed here. ``preloaded``: fork
+    not read although they lie inside a visible folder (isolated only; nothing else is visible anyway).
+    ``pass_fds`` are given to the code and closed here. ``preloaded``: fork
     a Python ``command`` from that server (same sandbox, no interpreter start-up) when it can.
     """
     if isinstance(isolate, str):

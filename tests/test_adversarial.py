@@ -15,6 +15,7 @@ from __future__ import annotations
 import copy
 import json
 import os
+import shutil
 import sys
 import time
 import uuid
@@ -28,6 +29,7 @@ ASSIGNMENT = "lesson01_processes_threads"
 NOTEBOOK = "processes_threads.ipynb"
 TESTS = ["test_parallel_map", "test_lines_dataset", "test_choose_tools", "test_average_across_ranks"]
 MARKER = f"gpucourse-adversary-{uuid.uuid4().hex}"
+BESIDE = f"gpucourse-answers-{uuid.uuid4().hex[:8]}"  # a folder beside the checkout, holding a solution
 
 import sandbox  # noqa: E402 - after conftest put autograders/ on the path
 
@@ -114,6 +116,65 @@ class LinesDataset(Dataset):
 
 # Skips the first line as a header, which a patched write_int_lines (a blank first line) would hide.
 SKIPS_FIRST_LINE = OFF_BY_ONE_DATASET.replace("+ 1)", ")").replace("if line.strip()]", "if line.strip()][1:]")
+
+
+# Code left running after its cell, each way re-applying a patch (by a route the scan does not see)
+# while the observers run: PATCHED_IDENTITY's wrong answer would then pass every parallel_map check.
+REAPPLY = PATCHED_IDENTITY + "import gpucourse.parallel as helpers\n_set = setattr\n" \
+    "def reapply(*args):\n    _set(helpers, 'worker_identity', forged_identity)\n"
+LEFT_RUNNING = {
+    "thread": "import threading, time\ndef keep():\n    while True:\n        reapply()\n        time.sleep(0.0005)\n"
+              "threading.Thread(target=keep, daemon=True).start()\n",
+    "trace_function": "import sys\ndef tracer(frame, event, arg):\n    reapply()\n    return None\nsys.settrace(tracer)\n",
+    "audit_hook": "import sys\nsys.addaudithook(lambda event, args: reapply())\n",
+    "gc_callback": "import gc\ngc.callbacks.append(lambda phase, info: reapply())\n",
+    "profiling_timer": "import signal\nsignal.signal(signal.SIGPROF, reapply)\nsignal.setitimer(signal.ITIMER_PROF, 0.0005, 0.0005)\n",
+}
+
+RIGHT_CHOICES = {"a": "processes", "b": "threads", "c": "asyncio", "d": "processes", "e": "serial", "f": "threads"}
+# Observation records for every choose_tools case, written to every descriptor (the results pipe, once
+# reachable from a cell), beside a wrong answer: accepted, they would score full marks.
+FORGED_RECORDS = (
+    "import json, os\n"
+    f"forged = {RIGHT_CHOICES!r}\n"
+    "cases = ['choose_tools/public/0'] + [f'choose_tools/hidden/{i}' for i in range(4)]\n"
+    "lines = ''.join(json.dumps({'type': 'observation', 'case': c, 'ok': True, 'data': forged}) + chr(10) for c in cases)\n"
+    "for fd in range(3, 256):\n    try:\n        os.write(fd, lines.encode())\n    except OSError:\n        pass\n"
+    "choices = {k: 'serial' for k in 'abcdef'}\n")
+
+# Everything reachable from a cell that holds an observer's source, printed into the feedback.
+LEAK_OBSERVERS = (
+    "import gc, re, sys\nfound = set()\ndef look(text):\n    found.update(re.findall(r'def (obs' + r'erve_\\w+)', text))\n"
+    "for o in gc.get_objects():\n    if type(o) is dict:\n        for v in list(o.values())[:50]:\n"
+    "            if type(v) is str:\n                look(v)\n"
+    "f = sys._getframe()\nwhile f is not None:\n    for v in list(f.f_locals.values()):\n        look(repr(v))\n    f = f.f_back\n"
+    "print('observers seen:', sorted(found))\n")
+
+# The key to the answer exercises (make release writes it into the package), tried letter by letter.
+ANSWER_KEY = (
+    "import gpucourse, hashlib, itertools, json, os\nchoices = {k: 'serial' for k in 'abcdef'}\ntry:\n"
+    "    key = json.load(open(os.path.join(os.path.dirname(gpucourse.__file__), 'checks', 'self_check' + '.json')))\n"
+    "    key = key['exercises']['choose_tools']\n"
+    "    for combo in itertools.product(['serial', 'threads', 'processes', 'asyncio'], repeat=6):\n"
+    "        guess = dict(zip('abcdef', combo))\n"
+    "        text = json.dumps(guess, sort_keys=True, separators=(',', ':'), ensure_ascii=False)\n"
+    "        if hashlib.sha256((key['salt'] + text).encode()).hexdigest() in key['hashes']:\n"
+    "            choices = guess\n            break\n"
+    "except OSError as error:\n    print('hidden from me:', error)\n")
+
+# A public launch's record, put in the checks' launch cache during the cells, beside a wrong average.
+FORGED_LAUNCH = (
+    "import gc, json\n"
+    "def average_across_ranks(tensor):\n    return tensor.clone()\n"
+    "reports = {str(r): {'rank': r, 'world_size': 2, 'shards': {'10': list(range(r, 10, 2)), '7': list(range(r, 7, 2))},"
+    " 'average': [1.5, 5.0], 'input_unchanged': True} for r in (0, 1)}\n"
+    f"checks = {'gpucourse.checks.'[::-1]!r}[::-1]\n"
+    "for o in gc.get_objects():\n    if type(o) is dict and o.get('__name__') == checks + 'ddp':\n"
+    "        key = (__exercise_sources__['average_across_ranks'], 2, checks + 'lesson01:drive_average_across_ranks', 'null')\n"
+    "        o['_LAUNCHED'][key] = {'returncode': 0, 'ranks': reports, 'tail': ''}\n")
+
+# A common bug: a loop that swallows every exception, the cell's timeout too.
+SWALLOWS_TIMEOUT = "while True:\n    try:\n        while True:\n            pass\n    except BaseException:\n        pass\n"
 
 
 def _wrong_ranks_launching(reference: str, route: str) -> str:
@@ -277,8 +338,26 @@ def _attacks(paths: dict[str, Path]) -> dict[str, dict]:
                       "max": {"test_choose_tools": 0}, "exact": {t: 2 for t in TESTS if t != "test_choose_tools"}},
         "memory_blowup": {"nb": answered(parallel_map="hog = bytearray(200 << 30)"), "max": {"test_parallel_map": 0}, "exact": others_full},
         "infinite_loop": {"nb": answered(parallel_map="while True:\n    pass"), "max": {"test_parallel_map": 0}, "exact": others_full},
+        # stopped from outside, then the cells after it run in a fresh process: the other answers keep their points
         "ignores_every_signal": {"nb": answered(parallel_map="import signal\nfor s in (signal.SIGINT, signal.SIGTERM, signal.SIGALRM):\n    signal.signal(s, signal.SIG_IGN)\nwhile True:\n    pass"),
-                                 "max": zero, "flag": "hard exits"},
+                                 "max": {"test_parallel_map": 0}, "exact": others_full, "flag": "hard exits"},
+        "swallows_its_timeout": {"nb": answered(parallel_map=SWALLOWS_TIMEOUT), "max": {"test_parallel_map": 0}, "exact": others_full},
+        # --- the checks' secrets and the runner's state, from a cell --------------------------
+        **{f"left_running_{how}": {"nb": unanswered(parallel_map=REAPPLY + code), "max": zero,
+                                   **({} if how == "audit_hook" else {"flag": "not quiet"})}
+           for how, code in LEFT_RUNNING.items()},
+        "forged_records": {"nb": unanswered(choose_tools=FORGED_RECORDS), "max": zero, "flag": "forged", "forgery_at_run": True},
+        "leaks_hidden_observers": {"nb": unanswered(parallel_map=LEAK_OBSERVERS), "max": zero, "leak": True},
+        "brute_forces_the_answer_key": {"nb": unanswered(choose_tools=ANSWER_KEY), "max": zero,
+                                        "output": {"choose_tools": unreadable}},
+        "reads_executed_solutions": {"nb": unanswered(parallel_map=read_reference.replace("'nbgrader'", repr("nbgrader"[::-1]) + "[::-1]") +
+            "import gpucourse, os\nhere = os.path.dirname(os.path.dirname(os.path.dirname(gpucourse.__file__)))\n"
+            f"for path in [os.path.join(here, 'build', 'executed', {ASSIGNMENT!r}, {NOTEBOOK!r}),\n"
+            f"             os.path.join(os.path.dirname(here), {BESIDE!r}, {NOTEBOOK!r})]:\n"
+            "    try:\n        run_reference(path)\n        break\n    except OSError as error:\n        print('hidden from me:', error)\n"),
+            "max": zero, "output": {"parallel_map": unreadable}},
+        "fills_the_launch_cache": {"nb": unanswered(average_across_ranks=DDP_GOOD_SHARDS + FORGED_LAUNCH), "max": zero,
+                                   "never": "✓ both ranks finish and agree"},
         "output_flood": {"nb": answered(choose_tools="import sys\nfor _ in range(50):\n    sys.stdout.write('x' * (1 << 20))\n" + _reference_answers()["choose_tools"]),
                          "exact": {t: 2 for t in TESTS}},
         # --- files that are not what they claim --------------------------------------------
@@ -324,8 +403,22 @@ def battle(tmp_path_factory):
             (folder / NOTEBOOK).write_bytes(attack["raw"])
         else:
             (folder / NOTEBOOK).symlink_to(attack["link"])
+    # answers outside /tmp where a checkout keeps them: executed solution notebooks in build/, and a
+    # folder beside the checkout (the sandbox shows neither, wherever the checkout is)
+    planted = [ROOT / "build" / "executed" / ASSIGNMENT / NOTEBOOK, ROOT.parent / BESIDE / NOTEBOOK]
+    made = [p for p in planted if not p.exists()]
+    folders = [f for p in made for f in [*reversed(p.parents)] if not f.exists()]  # created here, removed after
+    for path in made:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(SOLUTIONS / ASSIGNMENT / NOTEBOOK, path)
     started = time.perf_counter()
-    batch = grade.grade(submissions, results, jobs=2, limits=sandbox.Limits(wall_seconds=60))
+    try:
+        batch = grade.grade(submissions, results, jobs=2, limits=sandbox.Limits(wall_seconds=120))
+    finally:
+        for path in made:
+            path.unlink()
+        for folder in reversed(folders):
+            folder.rmdir()
     return attacks, batch, results, time.perf_counter() - started
 
 
@@ -443,3 +536,32 @@ def test_forgery_zeroes_every_score(battle):
             assert _scores(results, name) == {t: 0 for t in TESTS}, name
             log = (results / "logs" / f"{name}__{ASSIGNMENT}.log").read_text()
             assert "scored 0: answer " in log and attack["flag"] in log, log[:2000]
+
+
+def test_hidden_observers_never_reach_a_cell(battle):
+    """A cell that prints every observer's source it can reach (the job, frames, gc) finds none: the
+    observers reach the sandbox only after the cells, one at a time."""
+    _, _, results, _ = battle
+    hidden = (AUTOGRADERS / "checks" / f"{ASSIGNMENT}.py").read_text()
+    names = ["observe_io_threads", "observe_cpu_processes", "observe_dataset_bounds", "observe_generated_ranks"]
+    assert all(f"def {n}" in hidden for n in names)
+    printed = _cell_output(results, "leaks_hidden_observers", "parallel_map")
+    page = (results / "feedback" / "leaks_hidden_observers" / ASSIGNMENT / "processes_threads.html").read_text()
+    assert not any(n in printed or n in page for n in names), printed[:2000]
+
+
+def test_records_written_by_a_cell_are_forgery(battle):
+    attacks, _, results, _ = battle
+    for name, attack in attacks.items():
+        if attack.get("forgery_at_run"):
+            log = (results / "logs" / f"{name}__{ASSIGNMENT}.log").read_text()
+            assert "scored 0: " in log and "forged" in log, log[:2000]
+
+
+def test_a_check_never_reads_what_a_cell_left_for_it(battle):
+    """Verdicts a forgery would earn (a launch record put in the checks' cache) never appear."""
+    attacks, _, results, _ = battle
+    for name, attack in attacks.items():
+        if attack.get("never"):
+            log = (results / "logs" / f"{name}__{ASSIGNMENT}.log").read_text()
+            assert attack["never"] not in log, log[:3000]

@@ -14,6 +14,7 @@ The sandboxed step, observe, runs in tests/test_grading.py and tests/test_advers
 
 from __future__ import annotations
 
+import copy
 import csv
 import json
 import shutil
@@ -70,21 +71,26 @@ def start(path: Path, student: str) -> tuple:
 def observe_here(nb, resources):
     """What ``observe`` finds, without a sandbox, for answers that are plain values (the quiz's): the
     answer cells run here, then every case's observer; its records go through ``apply_records``."""
+    engine.apply_records(nb, resources, records_here(nb, resources))
+    return nb, resources
+
+
+def records_here(nb, resources) -> list[dict]:
+    """The records the runner would write for the quiz's answers, in the protocol's order."""
     namespace, records = {}, []
     for index, cell in enumerate(resources["plan"].cells):
+        error = None
         if cell["grade_id"]:
             try:
                 exec(cell["source"], namespace)
-                error = None
             except Exception as exc:
                 error = f"{type(exc).__name__}: {exc}"
-            records.append({"type": "cell", "index": index, "output": "", "error": error})
+        records.append({"type": "cell", "index": index, "output": "", "error": error})
     for named in engine.cases_of(nb, resources["checks"], ASSIGNMENT).values():
         for case_id, case in named:
             data = json.loads(json.dumps(case.observe(namespace)))
             records.append({"type": "observation", "case": case_id, "ok": True, "data": data})
-    engine.apply_records(nb, resources, records)
-    return nb, resources
+    return records + [{"type": "done"}]
 
 
 STEPS_HERE = (engine.take_answers, engine.flag, observe_here, engine.judge)
@@ -137,6 +143,39 @@ def test_judge_zeroes_every_score_of_a_forgery(tmp_path):
     for test, lines in resources["report"].items():
         assert lines[0] == "scored 0: patches gpucourse.checks; imports the hidden checks", test
         assert _cell(nb, test).outputs[-1].output_type == "error"
+
+
+def _forged(records: list[dict]) -> dict[str, list[dict]]:
+    """Ways a run's records can break the protocol, each made from an honest run's records."""
+    cells = [r for r in records if r["type"] == "cell"]
+    seen = [r for r in records if r["type"] == "observation"]
+    done = [{"type": "done"}]
+    return {
+        "an observation before the last cell": cells[:-1] + seen[:1] + cells[-1:] + seen[1:] + done,
+        "a duplicated observation": cells + seen[:1] + seen + done,
+        "observations out of order": cells + seen[1:2] + seen[:1] + seen[2:] + done,
+        "a cell record twice": cells[:1] + cells + seen + done,
+        "a record after done": cells + seen + done + [seen[0]],
+        "a line that is not JSON": cells + ["not json"] + seen + done,
+        "the runner refused a process that was not quiet": cells + [{"type": "flag", "reason": "1 threads were left running"}] + done,
+    }
+
+
+def test_records_out_of_turn_are_forgery(tmp_path):
+    """Cell records, then exactly one observation per case in the job's order, after the last cell:
+    anything else (a record before its time, a duplicate, out of order, after done) zeroes and flags."""
+    nb, resources = engine.run(*start(submit(tmp_path, "ada", reference_answers()), "ada"), STEPS_HERE[:2])
+    honest = records_here(nb, resources)
+    _, checked = engine.run(copy.deepcopy(nb), {**resources, "flags": list(resources["flags"]), "forgery": []},
+                            (lambda n, r: (engine.apply_records(n, r, honest), (n, r))[1], engine.judge))
+    assert checked["forgery"] == [] and set(checked["scores"].values()) == {1.0}
+    for name, records in _forged(honest).items():
+        _, found = engine.run(copy.deepcopy(nb), {**resources, "flags": list(resources["flags"]), "forgery": [],
+                                                  "observations": {}},
+                              (lambda n, r: (engine.apply_records(n, r, records), (n, r))[1], engine.judge))
+        assert found["forgery"], name
+        assert set(found["scores"].values()) == {0.0}, name
+        assert all(reason in found["flags"] for reason in found["forgery"]), name
 
 
 def test_a_run_without_observations_scores_zero(tmp_path):

@@ -49,7 +49,7 @@ sys.path.insert(0, scenarios[0]["folder"])
 from gpucourse.checks import runner, forked_launch
 runner.import_course()
 import test_driver
-from gpucourse.launch import read_rank_reports, _descendants
+from gpucourse.launch import _descendants
 assert forked_launch.start(), "the copy did not start"
 results = {}
 for scenario in scenarios:
@@ -60,7 +60,8 @@ for scenario in scenarios:
     time.sleep(0.3)
     results[scenario["name"]] = {"returncode": result.returncode, "timed_out": result.timed_out,
                                  "output": result.output[-3000:], "seconds": time.perf_counter() - started,
-                                 "ranks": {str(k): v for k, v in read_rank_reports(folder, strict=False).items()},
+                                 "ranks": {str(k): v for k, v in result.reports.items()},
+                                 "files": sorted(n for n in os.listdir(folder) if n.startswith("rank")),
                                  "left": sorted(_descendants(forked_launch._ZYGOTE["pid"]))}
 print(json.dumps(results))
 """
@@ -77,6 +78,21 @@ SCENARIOS = {
     """, 120, None),
     "imports_checks": ("""
         from gpucourse.checks import lesson07
+        def contribution(rank):
+            return 1.0
+    """, 120, None),
+    "forges_reports": ("""
+        import gc, json, os, stat, sys
+        forged = json.dumps({"rank": 1, "world": 2, "total": 3.0, "forged": True}) + "\\n"
+        launcher = next(o for o in gc.get_objects() if type(o) is dict and o.get("__name__") == "gpucourse.checks.forked_launch")
+        for fd in launcher["_REPORT_FDS"]:  # every rank's report pipe, as the launcher had them
+            try:
+                if stat.S_ISFIFO(os.fstat(fd).st_mode):
+                    os.write(fd, forged.encode())
+            except OSError:
+                pass
+        for rank in (0, 1):
+            open(os.path.join(sys.argv[2], f"rank{rank}.json"), "w").write(forged)
         def contribution(rank):
             return 1.0
     """, 120, None),
@@ -115,6 +131,7 @@ def test_every_rank_reports_as_under_torchrun(launched):
     result = launched["reports"]
     assert result["returncode"] == 0, result["output"]
     assert sorted(result["ranks"]) == ["0", "1"]
+    assert result["files"] == [], "ranks report through the pipes the launcher hands them, not files"
     for rank, report in result["ranks"].items():
         assert report["world"] == 2 and report["total"] == 3.0  # 1 + 2, summed over both ranks
         assert report["inputs"] == {"sizes": [5, 3]}
@@ -133,6 +150,14 @@ def test_the_checks_cannot_be_imported_from_the_source(launched):
     assert result["returncode"] not in (0, None)
     assert "not available while grading" in result["output"], result["output"]
     assert result["ranks"] == {}
+
+
+def test_a_rank_cannot_report_for_another(launched):
+    """Each rank holds only its own report pipe: a forged line reaches its own report alone (two
+    reports read as unreadable), never another rank's; report files count for nothing."""
+    result = launched["forges_reports"]
+    assert result["returncode"] == 0, result["output"]
+    assert result["ranks"] == {"0": {"unreadable": True, "reports": 2}, "1": {"unreadable": True, "reports": 2}}
 
 
 def test_a_failing_rank_shows_its_traceback(launched):

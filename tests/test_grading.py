@@ -298,3 +298,33 @@ def test_written_answers_wait_for_a_person_and_count_once_graded(graded, tmp_pat
         reference = next(r for r in csv.DictReader(handle)
                          if r["student_id"] == "reference" and r["assignment"] == "lesson01_processes_threads")
     assert float(reference["score"]) == 8 + 2.5
+
+
+def test_honest_answers_keep_their_points_under_load(tmp_path):
+    """A small class graded while busy processes take every core (two per core), as a grading server
+    under load: the reference answers of lesson 1 and of lesson 7 (three 2-process torchrun scripts,
+    whose start-up is what fails under load) keep every point, and nothing is flagged or a problem."""
+    import os
+    import sys
+
+    import grade
+    import sandbox
+
+    lessons = ["lesson01_processes_threads", "lesson07_ddp_scripts"]
+    for student in ("ada", "bo"):
+        for lesson in lessons:
+            shutil.copytree(SOLUTIONS / lesson, tmp_path / student / lesson)
+    busy = [subprocess.Popen([sys.executable, "-c", "while True:\n    pass"]) for _ in range(2 * (os.cpu_count() or 1))]
+    try:
+        batch, graded = grade.engine_only(tmp_path, jobs=2, limits=sandbox.Limits())
+    finally:
+        for process in busy:
+            process.kill()
+            process.wait()
+    assert not batch.problems, batch.problems
+    assert len(graded) == 4
+    for (student, lesson), result in graded.items():
+        lost = {test: (result.scores[test], result.max_scores[test]) for test in result.scores
+                if result.scores[test] != result.max_scores[test]}
+        assert not lost, (student, lesson, lost, result.report)
+        assert not result.flags and not result.resources["notes"], (student, lesson, result.flags, result.resources["notes"])

@@ -123,3 +123,33 @@ def test_no_lesson_module_imports_the_checks():
     offenders = {path.name: sorted(n for n in _imports(path) if n == "gpucourse.checks" or n.startswith("gpucourse.checks."))
                  for path in sorted((ROOT / "src" / "gpucourse").glob("*.py"))}
     assert not {name: found for name, found in offenders.items() if found}
+
+
+def test_a_launch_that_fails_for_the_machine_is_tried_again_then_reported(monkeypatch):
+    """Under load torchrun's start can fail outside the student's code (the rendezvous store cannot
+    be reached, a thread cannot start): tried again; failing every time, the record says why, and
+    the grader turns that into a flag (engine.infrastructure), never a silent 0."""
+    import sys
+
+    from gpucourse.checks import ddp
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "autograders"))
+    import engine
+
+    failures = ["torch.distributed.elastic.rendezvous.api.RendezvousConnectionError: The connection to the C10d store has failed.",
+                "RuntimeError: cannot join thread before it is started"]
+    ok = ({"returncode": 0, "ranks": {"0": {"rank": 0}}, "tail": ""}, "")
+    outcomes = iter([({"returncode": 1, "ranks": {}, "tail": f}, f) for f in failures] + [ok])
+    monkeypatch.setattr(ddp, "_launch_once", lambda *a: next(outcomes))
+    assert ddp._launch("src", 2, "m:f") == ok[0]
+
+    monkeypatch.setattr(ddp, "_launch_once", lambda *a: ({"returncode": 1, "ranks": {}, "tail": failures[0]}, failures[0]))
+    record = ddp._launch("src", 2, "m:f")
+    assert record["infrastructure"] == f"RendezvousConnectionError in each of {ddp.TRIES} launches"
+    notes = engine.infrastructure({"average_across_ranks/public/0": {"ok": True, "data": record}})
+    assert notes and "RendezvousConnectionError" in notes[0]
+
+    wrong = "ValueError: the student's own error"  # the answer's failure: launched once, no flag
+    calls = []
+    monkeypatch.setattr(ddp, "_launch_once", lambda *a: calls.append(1) or ({"returncode": 1, "ranks": {}, "tail": wrong}, wrong))
+    assert "infrastructure" not in ddp._launch("src", 2, "m:f") and len(calls) == 1

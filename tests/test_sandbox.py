@@ -8,6 +8,7 @@ again as ``nobody``, where the method is bubblewrap. They skip where isolation i
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shlex
 import shutil
@@ -250,6 +251,66 @@ def test_hidden_folders_and_environment(tmp_path, monkeypatch, launch):
     assert "exists: False" in out.output and "env: None" in out.output
     # the namespace's /tmp is empty but for the way to the interpreter, when a checkout lives in /tmp
     assert "pytest-of" not in out.output and str(tmp_path.parts[2]) not in out.output.split("tmp:")[1]
+
+
+@needs_isolation
+def test_only_the_allow_list_is_visible(tmp_path, launch):
+    """Secrets beside the checkout, inside it and elsewhere outside /tmp, and the package's answer key,
+    are absent from the sandbox wherever the checkout lives (nothing is hidden by a list of folders:
+    the sandbox's root holds only ``sandbox.visible()``); the interpreter and the package still work."""
+    import gpucourse
+
+    package = Path(gpucourse.__file__).resolve().parent
+    key = package / "checks" / "self_check.json"
+    planted = not key.exists()
+    if planted:  # `make release` writes it; the test plants one where it would be
+        key.write_text('{"salt": "x", "answers": {}}')
+    secrets = [ROOT.parent / f"gpucourse-secret-{uuid.uuid4().hex[:8]}", ROOT / f"gpucourse-secret-{uuid.uuid4().hex[:8]}",
+               Path(tempfile.mkdtemp(prefix="gpucourse-secret-", dir="/var/tmp"))]
+    try:
+        for folder in secrets:
+            folder.mkdir(exist_ok=True)
+            (folder / "answers.txt").write_text("the answers")
+            folder.chmod(0o755)
+            (folder / "answers.txt").chmod(0o644)
+        readable = [*(str(f / "answers.txt") for f in secrets), *(str(package / name) for name in sandbox.ANSWER_FILES),
+                    str(ROOT / "README.md"), str(ROOT / "autograders" / "engine.py")]
+        code = f"""
+            import json, os
+            found = {{}}
+            for path in {readable!r}:
+                try:
+                    found[path] = open(path).read()[:20]
+                except OSError as error:
+                    found[path] = None
+            import gpucourse.checks.self_check
+            print("imported:", gpucourse.__file__ == {str(package / '__init__.py')!r})
+            print("found:", json.dumps(found))
+        """
+        out = _run(tmp_path, code, launch, isolate=True)
+        assert "imported: True" in out.output, out.output
+        found = json.loads(out.output.split("found:", 1)[1])
+        assert found == {path: None for path in readable}, found
+    finally:
+        for folder in secrets:
+            shutil.rmtree(folder, ignore_errors=True)
+        if planted:
+            key.unlink()
+
+
+def test_the_allow_list_is_one_list_without_answers():
+    """What a sandbox sees is ``visible()``: no folder that holds the checkout or a user's home, and
+    the package shown is a copy without the answer files."""
+    import gpucourse
+
+    package = Path(gpucourse.__file__).resolve().parent
+    shown = dict(sandbox.visible())
+    assert shown[str(package)] != str(package)
+    assert not any((Path(shown[str(package)]) / name).exists() for name in sandbox.ANSWER_FILES)
+    assert (Path(shown[str(package)]) / "checks" / "runner.py").is_file()
+    for inside in shown:
+        assert not ROOT.is_relative_to(inside) or inside == str(ROOT), f"{inside} shows the checkout around the package"
+        assert inside not in ("/", "/home", "/root", "/tmp", "/work", "/var")
 
 
 def test_environment_is_scrubbed_without_isolation(tmp_path, monkeypatch, launch):

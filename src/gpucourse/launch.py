@@ -37,6 +37,7 @@ class Launch:
     output: str  # the launcher's and every rank's stdout and stderr, interleaved as written
     seconds: float
     timed_out: bool = False
+    reports: dict | None = None  # the ranks' records by rank, when they came through pipes (forked launches)
 
 
 def _descendants(pid: int) -> set[int]:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import ast
 import inspect
 import json
+import re
 import tempfile
 from pathlib import Path
 
@@ -102,7 +103,26 @@ def run_exercise_script(ns: dict, exercise: str, inputs=None) -> dict:
     return _LAUNCHED[key]
 
 
+# A launch that failed on its way up, not in the student's code: the rendezvous could not be reached
+# or a thread or process could not start (a loaded machine). Tried again, then reported.
+INFRASTRUCTURE = re.compile(r"Rendezvous(Connection|Timeout|Closed)Error|DistNetworkError|cannot join thread before it is started|"
+                            r"can't start new thread|Resource temporarily unavailable")
+TRIES = 3
+
+
 def _launch(source: str, world_size: int, driver: str, inputs=None) -> dict:
+    """``_launch_once``, again when it failed for a reason of the machine's (``INFRASTRUCTURE``), up to
+    TRIES times; still failing, the record says so (``infrastructure``) and the grader flags it."""
+    for _ in range(TRIES):
+        record, output = _launch_once(source, world_size, driver, inputs)
+        failed = record["returncode"] not in (0, "timeout")
+        why = INFRASTRUCTURE.search(output) if failed else None
+        if why is None:
+            return record
+    return {**record, "infrastructure": f"{why.group(0)} in each of {TRIES} launches"}
+
+
+def _launch_once(source: str, world_size: int, driver: str, inputs=None) -> tuple[dict, str]:
     with tempfile.TemporaryDirectory(prefix="gpucourse-ddp-") as folder:
         work = Path(folder)
         (work / "student.py").write_text(source)
@@ -110,13 +130,14 @@ def _launch(source: str, world_size: int, driver: str, inputs=None) -> dict:
             (work / "inputs.json").write_text(json.dumps(inputs))
         target = [str(work / "student.py"), str(work), driver]
         if forked_launch.available():  # grading: ranks forked from the runner's clean copy, no Python started
-            launch = forked_launch.launch(target, nproc=world_size, timeout=SCRIPT_TIMEOUT, cwd=str(work))
+            launch = forked_launch.launch(target, nproc=world_size, timeout=SCRIPT_TIMEOUT, cwd=str(work), source=source)
         else:
             launch = torchrun(["-m", "gpucourse.checks.ddp_harness", *target], nproc=world_size,
                               timeout=SCRIPT_TIMEOUT, cwd=work)
-        ranks = {str(rank): report for rank, report in read_rank_reports(work, strict=False).items()}
+        reports = launch.reports if launch.reports is not None else read_rank_reports(work, strict=False)
+        ranks = {str(rank): report for rank, report in reports.items()}
     tail = "\n".join(line for line in launch.output.splitlines() if line.strip())[-1500:]
-    return {"returncode": "timeout" if launch.timed_out else launch.returncode, "ranks": ranks, "tail": tail}
+    return {"returncode": "timeout" if launch.timed_out else launch.returncode, "ranks": ranks, "tail": tail}, launch.output
 
 
 def judge_script_ran(d: dict, world_size: int = WORLD_SIZE) -> str | None:

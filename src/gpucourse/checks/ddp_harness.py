@@ -5,7 +5,8 @@
 ``DRIVER`` (``module:function``) says what every rank does with the student's code: it gets the
 namespace the student's source ran in (and ``OUT/inputs.json``, when the check wrote one, as a second
 argument) and returns this rank's record (plain data), written to
-``OUT/rank<RANK>.json``. Drivers that use torch.distributed directly start the process group with
+``OUT/rank<RANK>.json``, or, when the grader's forked launcher started the rank, to the pipe it
+handed this rank alone (``report``). Drivers that use torch.distributed directly start the process group with
 ``init_process_group()`` (the lessons' own, from gpucourse.launch); Lightning drivers let the Trainer start it.
 
 A rank protects what it observes as the runner does (gpucourse.checks.runner): the student's source
@@ -26,7 +27,7 @@ from pathlib import Path
 from gpucourse.launch import COLLECTIVE_TIMEOUT, gpu_per_rank, init_process_group  # noqa: F401
 
 
-def main(student: str, out: str, driver: str) -> None:
+def main(student: str, out: str, driver: str, report: int | None = None) -> None:
     from gpucourse.checks import runner
 
     module, function = driver.split(":")
@@ -47,7 +48,13 @@ def main(student: str, out: str, driver: str) -> None:
         record = drive(namespace) if given is None else drive(namespace, given)
     finally:
         taken.restore()  # the student's functions ran inside the driver
-    write(dumps(record))
+    if report is None:
+        write(dumps(record))
+        return
+    data = memoryview((dumps(record) + "\n").encode())
+    while data:
+        data = data[os.write(report, data):]
+    os.close(report)
 
 
 if __name__ == "__main__":

@@ -12,8 +12,13 @@ rendezvous, environment variables, agent and exit codes as ``torchrun --standalo
 ``start_method="fork"``, so every rank is a copy of that clean process too: under a second where
 starting them took seconds.
 
-The copy lives in the runner's sandbox (same user, limits, namespaces and process group), so it
-adds nothing a student's code could not already reach; it holds no results channel. Launches that
+The copy lives in the runner's sandbox (same user, limits, namespaces and process group); it holds
+no results channel, and while grading only the runner's supervisor holds its pipes: the worker that
+runs the cells asks the supervisor, which passes on only the launches the job lists (a script
+exercise's submitted source with its own driver). Every request carries an id, and each reply
+carries it back. Each rank reports through a pipe of its own that the copy hands it (the other
+ranks' are closed before the student's code runs), not through a file another process could
+rewrite; the copy collects the reports and sends them with the launch's exit status. Launches that
 run out of time are killed with every process they started (``gpucourse.launch.kill_tree``).
 Outside grading (a student's notebook, whose kernel runs threads) launches start ``torchrun``.
 """
@@ -28,7 +33,70 @@ import time
 import traceback
 import uuid
 
-_ZYGOTE: dict | None = None  # {"pid", "requests", "responses"} in the runner once start() forked it
+MESSAGE_LIMIT = 32 << 20  # bytes of one JSON line on a channel
+
+
+class Channel:
+    """JSON lines one way over a pipe: ``send`` on a write end, ``receive`` on a read end."""
+
+    def __init__(self, read: int | None = None, write: int | None = None):
+        self.read_fd, self.write_fd, self.buffer = read, write, bytearray()
+
+    def send(self, message: dict) -> None:
+        data = memoryview((json.dumps(message) + "\n").encode())
+        while data:
+            data = data[os.write(self.write_fd, data):]
+
+    def complete(self) -> bool:
+        return b"\n" in self.buffer
+
+    def fill(self) -> bool:
+        """Read what is there (once); False at end of file."""
+        chunk = os.read(self.read_fd, 1 << 16)
+        if not chunk:
+            return False
+        self.buffer += chunk
+        if len(self.buffer) > MESSAGE_LIMIT and not self.complete():
+            raise ValueError(f"a message longer than {MESSAGE_LIMIT} bytes")
+        return True
+
+    def take(self) -> dict:
+        at = self.buffer.index(b"\n")
+        line = bytes(self.buffer[:at])
+        del self.buffer[:at + 1]
+        message = json.loads(line)
+        if not isinstance(message, dict):
+            raise ValueError("a message that is not a JSON object")
+        return message
+
+    def receive(self, timeout: float | None = None) -> dict | None:
+        """The next message; None when ``timeout`` seconds pass first; EOFError at end of file."""
+        found = wait([self], timeout)
+        if found is None:
+            return None
+        if found[1] is None:
+            raise EOFError("the other end is closed")
+        return found[1]
+
+
+def wait(channels: list[Channel], timeout: float | None):
+    """(channel, its next message) from the first of ``channels`` to have one, (channel, None) at its
+    end of file, or None when ``timeout`` seconds pass first."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while True:
+        for channel in channels:
+            if channel.complete():
+                return channel, channel.take()
+        left = None if deadline is None else max(deadline - time.monotonic(), 0)
+        ready = select.select([c.read_fd for c in channels], [], [], left)[0]
+        if not ready:
+            return None
+        for channel in channels:
+            if channel.read_fd in ready and not channel.fill():
+                return channel, None
+
+
+_ZYGOTE: dict | None = None  # {"pid", "requests": Channel, "responses": Channel} once start() forked it
 
 
 def _threads() -> int:
@@ -62,13 +130,21 @@ def start(close: tuple[int, ...] = ()) -> bool:
         try:
             for fd in (requests_w, responses_r, *close):
                 os.close(fd)
-            _serve(requests_r, responses_w)
+            _serve(Channel(read=requests_r), Channel(write=responses_w))
         finally:
             os._exit(0)
     os.close(requests_r)
     os.close(responses_w)
-    _ZYGOTE = {"pid": pid, "requests": os.fdopen(requests_w, "w", buffering=1), "responses": responses_r, "read": b""}
+    _ZYGOTE = {"pid": pid, "requests": Channel(write=requests_w), "responses": Channel(read=responses_r)}
     return True
+
+
+def relay(requests: Channel, responses: Channel) -> None:
+    """In the runner's worker: launches go through the supervisor (``requests`` up, its replies on
+    ``responses``), which passes the listed ones on to the copy. The copy's own pipes are not the
+    worker's (it closes them)."""
+    global _ZYGOTE
+    _ZYGOTE = {"pid": None, "requests": requests, "responses": responses, "relayed": True}
 
 
 def available() -> bool:
@@ -76,55 +152,119 @@ def available() -> bool:
 
 
 def pids() -> set[int]:
-    """The copy's pid, if it is serving: the processes a runner must not kill between cells."""
-    return {_ZYGOTE["pid"]} if _ZYGOTE else set()
+    """The copy's pid, if this process started it: the processes a runner must not kill between cells."""
+    return {_ZYGOTE["pid"]} if _ZYGOTE and _ZYGOTE["pid"] else set()
 
 
-def _serve(requests: int, responses: int) -> None:
-    """The copy: one launch at a time, answering its launcher's pid, then its exit status."""
-    with os.fdopen(requests, "r") as incoming, os.fdopen(responses, "w", buffering=1) as outgoing:
-        for line in incoming:  # ends when the runner closes its end or exits
-            request = json.loads(line)
-            pid = os.fork()
-            if pid == 0:
-                code = 1
-                try:
-                    incoming.close()
-                    outgoing.close()
-                    code = _launcher(request)
-                except BaseException:
-                    traceback.print_exc()
-                finally:
-                    os._exit(code)
-            outgoing.write(json.dumps({"pid": pid}) + "\n")
-            _, status = os.waitpid(pid, 0)
-            outgoing.write(json.dumps({"status": os.waitstatus_to_exitcode(status)}) + "\n")
+def channel() -> Channel | None:
+    """The copy's replies, in the process that started it (the runner's supervisor)."""
+    return _ZYGOTE["responses"] if _ZYGOTE and not _ZYGOTE.get("relayed") else None
+
+
+def request(message: dict) -> None:
+    """Pass a launch on to the copy (the supervisor, for a request it checked): only what a launch needs."""
+    target = [str(t) for t in message["target"]][:2] + [str(message["driver"])]
+    _ZYGOTE["requests"].send({"id": str(message["id"]), "target": target, "nproc": int(message["nproc"]),
+                              "cwd": str(message["cwd"]), "source": str(message["source"])})
+
+
+def _serve(incoming: Channel, outgoing: Channel) -> None:
+    """The copy: one launch at a time, answering its launcher's pid, then its exit status and the
+    ranks' reports, each with the request's id."""
+    while True:
+        try:
+            request_ = incoming.receive()
+        except EOFError:  # the runner closed its end or exited
+            return
+        reports = [os.pipe() for _ in range(int(request_["nproc"]))]
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                for fd in (incoming.read_fd, outgoing.write_fd, *(r for r, _ in reports)):
+                    os.close(fd)
+                code = _launcher(request_, [w for _, w in reports])
+            except BaseException:
+                traceback.print_exc()
+            finally:
+                os._exit(code)
+        for _, write_end in reports:
+            os.close(write_end)
+        outgoing.send({"id": request_["id"], "pid": pid})
+        status, found = _collect(pid, [Channel(read=r) for r, _ in reports])
+        outgoing.send({"id": request_["id"], "status": status, "reports": found})
+
+
+def _collect(pid: int, pipes: list[Channel]) -> tuple[int, dict]:
+    """Wait for the launcher ``pid`` while reading each rank's pipe: its exit status and every
+    rank's one report (a rank that wrote two, or no JSON, reads as ``{"unreadable": True}``)."""
+    status, open_ = None, list(pipes)
+    while status is None or open_:
+        if status is None:
+            done, raw = os.waitpid(pid, os.WNOHANG)
+            if done:
+                status = os.waitstatus_to_exitcode(raw)
+        if not open_:
+            time.sleep(0.05)
+            continue
+        ready = select.select([c.read_fd for c in open_], [], [], 0.05 if status is None else 0)[0]
+        if status is not None and not ready:
+            break  # the launcher is gone; a process still holding a pipe sends nothing more that counts
+        for channel in [c for c in open_ if c.read_fd in ready]:
+            try:
+                if not channel.fill():
+                    open_.remove(channel)
+            except ValueError:
+                open_.remove(channel)
+    found = {}
+    for rank, channel in enumerate(pipes):
+        os.close(channel.read_fd)
+        lines = [line for line in bytes(channel.buffer).split(b"\n") if line.strip()]
+        if not lines:
+            continue
+        try:
+            found[str(rank)] = json.loads(lines[0]) if len(lines) == 1 else {"unreadable": True, "reports": len(lines)}
+        except ValueError:
+            found[str(rank)] = {"unreadable": True}
+    return status, found
+
+
+_REPORT_FDS: list[int] = []  # in a launcher: each rank's report pipe, by rank
 
 
 def _rank(target: list[str]) -> None:
-    """One rank, as ``python -m gpucourse.checks.ddp_harness STUDENT OUT DRIVER`` would run it."""
+    """One rank, as ``python -m gpucourse.checks.ddp_harness STUDENT OUT DRIVER`` would run it,
+    reporting through its own pipe (the other ranks' are closed first)."""
     from gpucourse.checks import ddp_harness
 
+    mine = _REPORT_FDS[int(os.environ["RANK"])]
+    for fd in _REPORT_FDS:
+        if fd != mine:
+            os.close(fd)
     sys.argv = [ddp_harness.__file__, *target]  # what the script sees under torchrun
     try:
-        ddp_harness.main(*target)
+        ddp_harness.main(*target, report=mine)
     except BaseException:  # the traceback a started rank would print (torchrun shows the rank's stderr)
         traceback.print_exc()
         sys.stderr.flush()
         raise
 
 
-def _launcher(request: dict) -> int:
+def _launcher(request: dict, report_fds: list[int]) -> int:
     """``torchrun --standalone --nproc-per-node=N -m gpucourse.checks.ddp_harness ...``, forking its ranks."""
     from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
     os.chdir(request["cwd"])
-    log = os.open(request["log"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    if request.get("source") is not None:  # what the supervisor checked is what runs
+        with open(request["target"][0], "w") as student:
+            student.write(request["source"])
+    log = os.open(os.path.join(request["cwd"], "launch.log"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     os.dup2(log, 1)
     os.dup2(log, 2)
     os.close(log)
-    os.environ.update(request["env"])
+    os.environ.update({"OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"})
+    _REPORT_FDS[:] = report_fds
     # the agent's log folder (ranks' error files) beside launch.log, not a new one in /tmp per launch
     logs = DefaultLogsSpecs(log_dir=os.path.join(request["cwd"], "torchelastic"))
     config = LaunchConfig(min_nodes=1, max_nodes=1, nproc_per_node=request["nproc"], run_id=str(uuid.uuid4()),
@@ -138,47 +278,53 @@ def _launcher(request: dict) -> int:
     return 0
 
 
-def _answer(timeout: float | None = None) -> dict | None:
-    """The copy's next reply (one JSON line), or None when ``timeout`` seconds pass first."""
-    deadline = None if timeout is None else time.monotonic() + timeout
-    while b"\n" not in _ZYGOTE["read"]:
-        left = None if deadline is None else max(deadline - time.monotonic(), 0)
-        if not select.select([_ZYGOTE["responses"]], [], [], left)[0]:
-            return None
-        chunk = os.read(_ZYGOTE["responses"], 4096)
-        if not chunk:
-            raise RuntimeError("the forked launcher is gone")
-        _ZYGOTE["read"] += chunk
-    line, _ZYGOTE["read"] = _ZYGOTE["read"].split(b"\n", 1)
-    return json.loads(line)
+def _reply(request_id: str, timeout: float | None = None) -> dict | None:
+    """The reply to ``request_id`` (None when ``timeout`` seconds pass first); a reply to another
+    request means something else wrote to the channel."""
+    reply = _ZYGOTE["responses"].receive(timeout)
+    if reply is None:
+        return None
+    if reply.get("id") != request_id:
+        raise RuntimeError("the launcher answered another request: something else wrote to its channel")
+    if "error" in reply:
+        raise RuntimeError(str(reply["error"]))
+    return reply
 
 
-def launch(target: list[str], nproc: int, timeout: float, cwd: str, env: dict | None = None):
-    """Run ``ddp_harness.main(*target)`` on ``nproc`` forked ranks; a ``gpucourse.launch.Launch``."""
+def launch(target: list[str], nproc: int, timeout: float, cwd: str, env: dict | None = None, source: str | None = None):
+    """Run ``ddp_harness.main(*target)`` on ``nproc`` forked ranks (``target``: the student's script,
+    the folder, the driver; ``source``: the script's text, written by the launcher); a
+    ``gpucourse.launch.Launch`` whose ``reports`` are the ranks' records, by rank."""
     from gpucourse.launch import Launch, kill_tree
 
     assert _ZYGOTE is not None, "start() first"
-    log = os.path.join(cwd, "launch.log")
-    request = {"target": target, "nproc": nproc, "cwd": cwd, "log": log,
-               "env": {"OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1", **(env or {})}}
+    if source is None:
+        with open(target[0]) as student:
+            source = student.read()
+    request_id = uuid.uuid4().hex
+    message = {"type": "launch", "id": request_id, "target": list(target[:2]), "driver": target[2], "nproc": nproc,
+               "cwd": cwd, "source": source}
     started = time.perf_counter()
-    _ZYGOTE["requests"].write(json.dumps(request) + "\n")
-    pid = _answer()["pid"]
+    if _ZYGOTE.get("relayed"):
+        _ZYGOTE["requests"].send(message)
+    else:
+        request(message)
+    pid = _reply(request_id)["pid"]
     timed_out = False
     try:
-        reply = _answer(timeout)
+        reply = _reply(request_id, timeout)
         if reply is None:
             timed_out = True
             kill_tree(pid)
-            reply = _answer()
+            reply = _reply(request_id)
     except BaseException:  # interrupted (a check's time ran out): no rank outlives it
         kill_tree(pid)
-        _answer()
+        _reply(request_id)
         raise
-    status = reply["status"]
     try:
-        with open(log, errors="replace") as file:
+        with open(os.path.join(cwd, "launch.log"), errors="replace") as file:
             output = file.read()
     except OSError:
         output = ""
-    return Launch(None if timed_out else status, output, time.perf_counter() - started, timed_out)
+    return Launch(None if timed_out else reply["status"], output, time.perf_counter() - started, timed_out,
+                  reports={int(rank): report for rank, report in reply.get("reports", {}).items()})

@@ -1,0 +1,369 @@
+"""The runner's supervisor: the process of the sandbox that holds the results and never runs student code.
+
+    python -m gpucourse.checks.runner RESULTS_FD OBSERVERS_FD < job.json   (see gpucourse.checks.runner)
+
+It reads the job (the cells), imports the course, installs the audit hook that refuses every other
+(``runner.install_audit_guard``), forks the clean copy for multi-process launches
+(``forked_launch``), then forks a *worker* (``runner._work``) that runs the cells and reports each
+one to it. It checks that every message comes in turn, writes the records the grader reads, and
+watches the worker from outside: a cell or check that does not stop at its own alarm is stopped
+(the worker and everything below it killed) and a fresh worker runs the cells before it again,
+silently, and goes on. Once the cells are done and the worker is quiet (``runner.Quiet``, and its
+threads and processes seen from here), it reads the observers from their own pipe and sends them
+one at a time, each with an id its answer must carry; it passes on only the launches the job lists.
+It is not dumpable: the worker, running as the same user, cannot read its memory or descriptors.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import sys
+import time
+import traceback
+
+from gpucourse import launch
+from gpucourse.checks import forked_launch
+from gpucourse.checks.runner import (OUTPUT_LIMIT, Channel, _reap, _work, become_subreaper, import_course,
+                                     install_audit_guard)
+
+
+GRACE = 10.0  # seconds a cell or check may overrun its own alarm before it is stopped from outside
+RESTARTS = 3  # fresh workers after cells or checks that had to be stopped from outside
+SETUP_SECONDS = 120  # a fresh worker's snapshot, before its first cell
+
+
+class ProtocolError(Exception):
+    """The worker said something out of turn: code of the cells wrote to the supervisor's channel."""
+
+
+class Supervisor:
+    """Runs the cells in a worker it forks (``_work``) and stops from outside when a cell or check
+    will not stop itself, then starts a fresh worker that runs the cells before it again, silently, and
+    goes on; sends the worker the observers one at a time, after the cells, and writes what the
+    grader reads: each cell's record and one observation per observer, in order, and flags."""
+
+    def __init__(self, job: dict, emit):
+        self.cells, self.emit = job["cells"], emit
+        self.cell_seconds, self.observe_seconds = job["cell_seconds"], job["observe_seconds"]
+        self.skipped: set[int] = set()
+        self.restarts = 0
+        self.worker: dict | None = None
+        self.launches = self._launches()
+        self.zygote = forked_launch.channel()  # None once the copy is gone
+        self.pending: dict[str, int | None] = {}  # launches asked of the copy and not yet ended: id -> launcher pid
+
+    def _launches(self) -> dict[str, tuple[str, int]]:
+        """The multi-process launches the checks may ask for: each script exercise's answer, as submitted,
+        with its driver and world size."""
+        from gpucourse.checks import Script, exercises
+
+        scripts = {e.name: e.kind for e in exercises() if isinstance(e.kind, Script)}
+        return {c["source"]: (scripts[c["grade_id"]].driver, scripts[c["grade_id"]].world_size)
+                for c in self.cells if c.get("grade_id") in scripts}
+
+    def flag(self, reason: str) -> None:
+        self.emit({"type": "flag", "reason": reason})
+
+    # the worker
+    def _fork(self, start: int) -> None:
+        up_r, up_w = os.pipe()
+        down_r, down_w = os.pipe()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                pid = os.fork()
+                break
+            except BlockingIOError:  # at the process limit a moment longer: what was killed is still being reaped
+                if time.monotonic() > deadline:
+                    raise
+                _reap()
+                time.sleep(0.05)
+        if pid == 0:
+            try:
+                os.close(up_r)
+                os.close(down_w)
+                _work(self.cells, self.cell_seconds, self.observe_seconds, start, set(self.skipped), up_w, down_r,
+                      namespace_init=os.getpid() == 1, zygote=next(iter(forked_launch.pids()), None))
+            except BaseException:
+                traceback.print_exc()
+            finally:
+                os._exit(0)
+        os.close(up_w)
+        os.close(down_r)
+        self.worker = {"pid": pid, "up": Channel(read=up_r), "down": Channel(write=down_w)}
+
+    def _stop(self) -> None:
+        if self.worker is None:
+            return
+        if os.getpid() == 1:  # the sandbox's init: stop everything first (a fork bomb stops forking)
+            with contextlib.suppress(OSError):
+                os.kill(-1, signal.SIGSTOP)
+        launch.kill_tree(self.worker["pid"])
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(self.worker["pid"], 0)
+        # the worker's orphans come here: kill and reap them all (a zombie still counts against the
+        # process limit, and the next worker must be forked)
+        deadline = time.monotonic() + 10
+        while True:
+            _reap()
+            copy = forked_launch.pids() | set().union(*map(launch._descendants, forked_launch.pids()))
+            left = launch._descendants(os.getpid()) - copy
+            if not left or time.monotonic() > deadline:
+                break
+            launch._signal(left, signal.SIGKILL)
+            time.sleep(0.01)
+        for pid in copy:  # thawed, if the freeze above stopped them
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGCONT)
+        self._end_launches()
+        for fd in (self.worker["up"].read_fd, self.worker["down"].write_fd):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        self.worker = None
+
+    def _end_launches(self) -> None:
+        """Kill the launches a stopped worker left running, and take their replies (they must not
+        reach the next worker's checks)."""
+        deadline = time.monotonic() + 60
+        while self.pending and self.zygote is not None and time.monotonic() < deadline:
+            for pid in filter(None, self.pending.values()):
+                launch.kill_tree(pid)
+            try:
+                message = self.zygote.receive(max(deadline - time.monotonic(), 0))
+            except (EOFError, ValueError):
+                message, self.zygote = None, None
+            if message is None:
+                break
+            if "status" in message:
+                self.pending.pop(message.get("id"), None)
+            elif "pid" in message:
+                self.pending[message.get("id")] = message["pid"]
+        if self.pending:  # never answered: the copy cannot be trusted to answer the next one in turn
+            self.zygote = None
+        self.pending.clear()
+
+    def _external_problems(self, threads: bool = True) -> list[str]:
+        """What the supervisor sees of the worker from outside: its threads (after the cells) and processes."""
+        pid, found = self.worker["pid"], []
+        with contextlib.suppress(OSError):
+            count = len(os.listdir(f"/proc/{pid}/task"))
+            if threads and count != 1:
+                found.append(f"{count - 1} threads were left running")
+        children = launch._descendants(pid)
+        if children:
+            found.append(f"{len(children)} processes were left running")
+        return found
+
+    def _until_ready(self, index: int) -> int | None:
+        """Start a worker that runs the cells from ``index`` on (those before again, silently); the
+        next cell whose record is due once it is ready, or None when the run cannot go on."""
+        while True:
+            self._fork(index)
+            current, deadline = None, time.monotonic() + SETUP_SECONDS
+            try:
+                while True:
+                    message = self.worker["up"].receive(max(deadline - time.monotonic(), 0))
+                    if message is None:  # out of time, and deaf to its own alarm
+                        break
+                    kind = message.get("type")
+                    if kind == "start" and message.get("index") == self._next(current):
+                        current, deadline = message["index"], time.monotonic() + self.cell_seconds + GRACE
+                    elif kind == "cell" and current is not None and message.get("index") == current == index:
+                        self.emit({"type": "cell", "index": index, "output": str(message.get("output", ""))[:OUTPUT_LIMIT],
+                                   "error": None if message.get("error") is None else str(message["error"])[:2000]})
+                        index += 1
+                    elif kind == "ready" and index == len(self.cells) and self._next(current) == len(self.cells):
+                        problems = [str(p) for p in message.get("problems", [])] or self._external_problems()
+                        if problems:
+                            self.flag("the checks were refused, the process was not quiet after the cells: " + "; ".join(problems))
+                            return None
+                        return index
+                    else:
+                        raise ProtocolError(f"{kind!r} out of turn")
+            except EOFError:  # the cells ended the worker (os._exit, a signal): the run ends with it, as in a kernel
+                self._stop()
+                return None
+            except (ProtocolError, ValueError) as error:
+                self.flag(f"the run's messages were forged ({error}): code of the cells wrote to the grader's channel")
+                self._stop()
+                return None
+            self._stop()
+            if current is None or self.restarts >= RESTARTS:
+                return None
+            self.restarts += 1
+            self.skipped.add(current)
+            if current >= index:
+                self.emit({"type": "cell", "index": current, "output": "",
+                           "error": f"CellTimeout: the cell ran longer than {self.cell_seconds:.0f} s and did not stop "
+                                    "when interrupted; it was stopped, and the cells after it ran in a fresh process "
+                                    "(the cells before it ran again first)"})
+                index = current + 1
+
+    def _next(self, current: int | None) -> int:
+        index = 0 if current is None else current + 1
+        while index in self.skipped:
+            index += 1
+        return index
+
+    def observe(self, observers: list[dict]) -> bool:
+        """Every observer in order, each answered exactly once; False when the run cannot go on."""
+        for observer in observers:
+            if self.worker is None:
+                if self.restarts >= RESTARTS or self._until_ready(len(self.cells)) is None:
+                    return False
+                self.restarts += 1
+            ask = {"type": "observe", "id": os.urandom(16).hex(), "case": observer["case"],
+                   "source": observer["source"], "function": observer["function"]}
+            try:
+                self.worker["down"].send(ask)
+                record, problems = self._answer(ask["id"])
+            except (EOFError, OSError):  # the student's code ended the worker: this check has no observation
+                self._stop()
+                self.emit({"type": "observation", "case": observer["case"], "ok": False,
+                           "error": "the run ended during this check"})
+                continue
+            except (ProtocolError, ValueError) as error:
+                self.flag(f"the run's messages were forged ({error}): code of the cells wrote to the grader's channel")
+                self._stop()
+                return False
+            if record is None:
+                self._stop()
+                record = {"ok": False, "error": f"ran longer than {self.observe_seconds:.0f} s and did not stop when interrupted"}
+            self.emit({"type": "observation", "case": observer["case"], **_clean(record)})
+            if problems:
+                self.flag("the checks were refused, the process was not quiet after a check: " + "; ".join(problems))
+                return False
+        return True
+
+    def _answer(self, ask_id: str) -> tuple[dict | None, list[str]]:
+        """The worker's answer to one observer (None when it ran out of time), relaying the launches
+        it asks for meanwhile: only the submitted script exercises, with their own drivers."""
+        deadline = time.monotonic() + self.observe_seconds + GRACE
+        zygote, pending = self.zygote, self.pending
+        while True:
+            channels = [self.worker["up"]] + ([zygote] if zygote is not None else [])
+            found = forked_launch.wait(channels, max(deadline - time.monotonic(), 0))
+            if found is None:
+                self.zygote = zygote
+                return None, []
+            channel, message = found
+            if channel is zygote:
+                if message is None:  # the copy is gone (killed): every launch asked of it fails
+                    zygote = None
+                    for request_id in pending:
+                        self.worker["down"].send({"type": "launched", "id": request_id, "error": "the forked launcher is gone"})
+                    pending.clear()
+                else:
+                    self.worker["down"].send({**message, "type": "launched"})
+                    if "status" in message:
+                        pending.pop(message.get("id"), None)
+                    elif "pid" in message:
+                        pending[message.get("id")] = message["pid"]
+                continue
+            if message is None:
+                raise EOFError("the worker is gone")
+            kind = message.get("type")
+            if kind == "observation" and message.get("id") == ask_id and isinstance(message.get("record"), dict):
+                self.zygote = zygote
+                if pending:  # a launch still running: its replies would reach the next check
+                    raise ProtocolError("a check ended while its launch ran")
+                return message["record"], [str(p) for p in message.get("problems", [])] or self._external_problems(threads=False)
+            if kind == "launch" and self._allowed(message) and zygote is not None:
+                forked_launch.request(message)
+                pending[str(message["id"])] = None
+                continue
+            raise ProtocolError(f"{kind!r} out of turn")
+
+    def _allowed(self, request: dict) -> bool:
+        listed = self.launches.get(request.get("source"))
+        return listed is not None and (request.get("driver"), request.get("nproc")) == listed
+
+    def run(self, observers) -> None:
+        index = self._until_ready(0)
+        if index is not None:
+            self.observe(observers())
+        self._stop()
+
+
+def _clean(record: dict) -> dict:
+    """An observation's fields, as the grader reads them, and nothing else."""
+    if record.get("ok") is True:
+        return {"ok": True, "data": record.get("data")}
+    clean = {"ok": False, "error": str(record.get("error", "an error"))[:2000]}
+    if record.get("answer") is True:
+        clean["answer"] = True
+    return clean
+
+
+PR_SET_DUMPABLE = 4
+
+
+def _not_dumpable() -> None:
+    """Nobody but root may read this process's memory or descriptors (/proc/PID/mem, fd, environ), nor
+    trace it: its workers run as the same user."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
+
+
+def _read_observers(fd: int) -> list[dict]:
+    chunks = []
+    with contextlib.suppress(OSError):
+        while chunk := os.read(fd, 1 << 16):
+            chunks.append(chunk)
+    with contextlib.suppress(OSError):
+        os.close(fd)
+    return json.loads(b"".join(chunks) or b"[]")
+
+
+def main(results_fd: int, observers_fd: int | None = None) -> None:
+    """The supervisor. The job on stdin holds the cells; the observers come on ``observers_fd``, read
+    only once the cells are done (given in the job instead, they are moved to a pipe of this process's
+    own before any worker starts: what tests hand the runner)."""
+    job = json.loads(sys.stdin.read())
+    sys.stdin.close()
+    if observers_fd is None:
+        observers_fd = _park(job.pop("observers", []))
+    _not_dumpable()
+    import_course()
+    become_subreaper()
+    install_audit_guard()
+    forked_launch.start(close=(results_fd, observers_fd))  # graded launches fork from this clean state, before any cell runs
+
+    def emit(record: dict) -> None:
+        data = memoryview((json.dumps(record) + "\n").encode())
+        while data:
+            data = data[os.write(results_fd, data):]
+
+    Supervisor(job, emit).run(lambda: _read_observers(observers_fd))
+    emit({"type": "done"})
+    os._exit(0)  # no atexit hooks, no waiting for threads
+
+
+F_SETPIPE_SZ = 1031
+
+
+def _park(observers: list[dict]) -> int:
+    """Observers given in the job, moved into a pipe (kernel memory) until the cells are done."""
+    import fcntl
+
+    read_end, write_end = os.pipe()
+    data = json.dumps(observers).encode()
+    with contextlib.suppress(OSError):
+        fcntl.fcntl(write_end, F_SETPIPE_SZ, min(max(len(data) + 4096, 65536), 1 << 20))
+    os.set_blocking(write_end, False)
+    try:
+        if os.write(write_end, data) != len(data):
+            raise BlockingIOError
+    except BlockingIOError:
+        raise SystemExit("runner: observers this large come on their own descriptor (python -m ... RESULTS_FD OBSERVERS_FD)")
+    os.close(write_end)
+    return read_end
