@@ -228,7 +228,7 @@ def plot_ddp_timings(timings: dict[int, float], hardware: str | None = None, smo
     fig, ax = plt.subplots(figsize=(5.5, 3.6))
     ax.bar([f"{n} process{'es' if n > 1 else ''}" for n in counts], [timings[n] for n in counts], color="tab:blue")
     ax.set_xlabel("ddp_notebook processes (CPU, gloo)")
-    ax.set_ylabel("time to fit (s)")
+    ax.set_ylabel("time to fit, best of runs (s)")
     ax.set_title(f"LitRegressor fit, 1 vs {max(counts)} DDP processes\non {hardware or this_machine('cpu')}",
                  fontsize=9)
     one, many = timings[counts[0]], timings[counts[-1]]
