@@ -233,11 +233,12 @@ def plot_ddp_timings(timings: dict[int, float], hardware: str | None = None, smo
                  fontsize=9)
     one, many = timings[counts[0]], timings[counts[-1]]
     if many < one:
-        note = f"measured: {max(counts)} processes {one / many:.2f}x faster than 1"
+        note = f"measured: {max(counts)} processes {one / many:.2f}x faster than 1 (each trains on half the batches)"
     else:
         note = (f"measured: {max(counts)} processes {many / one:.2f}x SLOWER than 1: process start-up and one\n"
-                "all-reduce per step cost more than the halved work" + (
-                    "\n(smoke size: too small to show a speedup)" if smoke else " at this size"))
+                "all-reduce per step cost more than the halved work")
+    if smoke:
+        note += "\nsmoke size: seconds of start-up and a few steps, too small to show DDP's scaling"
     ax.text(0.5, 0.97, note, transform=ax.transAxes, ha="center", va="top", fontsize=8,
             bbox=dict(facecolor="white", alpha=0.85, edgecolor="none"))
     ax.set_ylim(0, 1.45 * max(timings.values()))
