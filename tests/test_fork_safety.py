@@ -68,8 +68,8 @@ def describe(events: list[dict]) -> str:
 def test_no_cuda_state_before_a_fork_that_uses_it(path, tmp_path, monkeypatch):
     monkeypatch.delenv("GPUCOURSE_REQUIRE", raising=False)  # GPU cells fail here by design, not by requirement
     events = run_with_pretend_gpu(read(path), tmp_path)
-    if any(c.cell_type == "code" and DDP_FORK.search(c.source) for c in read(path).cells):
-        assert any(e["kind"] == "fork" for e in events), "its ddp_notebook run never forked here: the check saw nothing"
+    if any(c.cell_type == "code" and DDP_FORK.search(c.source) and ".fit(" in c.source for c in read(path).cells):
+        assert any(e["kind"] == "fork" for e in events), "its ddp_notebook fit never forked here: the check saw nothing"
     violations = [e for e in events if e["kind"] == "violation"]
     assert not violations, f"{path.relative_to(SOLUTIONS.parent)} fails on a GPU:\n{describe(events)}"
 
