@@ -10,7 +10,7 @@ export JUPYTER_CONFIG_PATH := $(CURDIR)/autograders
 # As if the venv were activated: nbgrader and Jupyter start other tools (alembic, kernels) by name.
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: help install lab formgrader nbgrader test test-gpu site release publish grade bench full-run clean
+.PHONY: help install lab formgrader nbgrader test test-gpu site release publish grade bench bench-gpu full-run clean
 
 help:
 	@echo "make lab       students: copy course/ into work/ (once per file) and open JupyterLab there"
@@ -24,6 +24,7 @@ help:
 	@echo "make publish   write the public student edition into build/student-edition/ (edition.toml)"
 	@echo "make grade SUBMISSIONS=<dir> RESULTS=<dir>   grade <student>/<assignment>/<nb>.ipynb"
 	@echo "make bench     measure lessons and grading; reports in bench/results/"
+	@echo "make bench-gpu on an NVIDIA GPU, in minutes: a new GPU reference file (bench/results/reference-<gpu>.json)"
 	@echo "make full-run  run every lesson at full size, timing lessons and their slowest cells (bench/results/full_runs.md)"
 
 $(BIN)/python:
@@ -92,6 +93,11 @@ grade: install
 bench: install
 	$(BIN)/python -m gpucourse.bench --out bench/results
 	$(BIN)/python autograders/bench_grading.py --out bench/results
+
+# On an NVIDIA GPU: matmul per dtype, ResNet-18 steps, copies, overlap, sync and CUDA graphs, written as a
+# reference file in gpucourse.reference's schema (a few minutes, with progress). Refuses without CUDA.
+bench-gpu: install
+	$(BIN)/python -m gpucourse.bench_gpu $(BENCH_GPU_ARGS)
 
 # Every notebook of solutions/ at FULL size (GPUCOURSE_SMOKE=0), as a student's run and nbgrader's
 # Validate see it: wall time per lesson and its slowest cells. GPUCOURSE_OFFLINE=0 downloads CIFAR-10.

@@ -93,3 +93,64 @@ def test_set_epoch_reshuffles_and_its_absence_repeats():
     assert with_it[0] == without[0]  # epoch 0 is the same either way
     ranks = [D.sampler_orders(12, 1, rank=r)[0] for r in (0, 1)]
     assert sorted(ranks[0] + ranks[1]) == list(range(12))  # the two ranks split each epoch
+
+
+def _reports(device, backend, n=2):
+    return [{"device": device, "backend": backend, "samples_per_second": 100.0 * (i + 1)} for i in range(n)]
+
+
+def test_a_comparison_never_mixes_devices_or_backends():
+    import pytest
+
+    assert D.same_device_and_backend({1: _reports("cpu", "gloo", 1), 2: _reports("cpu", "gloo")}) == ("cpu", "gloo")
+    assert D.same_device_and_backend({1: _reports("cuda:0", "nccl", 1), 2: _reports("cuda:1", "nccl")}) == ("cuda", "nccl")
+    with pytest.raises(ValueError, match="different devices or backends"):
+        D.same_device_and_backend({1: _reports("cuda:0", "nccl", 1), 2: _reports("cpu", "gloo")})  # the H100 bench's mix
+    with pytest.raises(ValueError):
+        D.plot_throughput({1: _reports("cuda:0", "nccl", 1), 2: _reports("cpu", "gloo")})
+
+
+def test_throughput_chart_names_device_backend_and_hardware():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig = D.plot_throughput({1: [{"device": "cpu", "backend": "gloo", "samples_per_second": 200.0}],
+                             2: _reports("cpu", "gloo")}, hardware="a test CPU")
+    ax = fig.axes[0]
+    assert "cpu (gloo)" in ax.get_title() and "a test CPU" in ax.get_title()
+    assert "samples / s" in ax.get_ylabel() and "gloo" in ax.get_xlabel()
+    assert "SLOWER" in " ".join(t.get_text() for t in ax.texts)  # 100 samples/s for 2 vs 200 for 1
+    plt.close(fig)
+
+
+def test_auto_falls_back_out_loud(monkeypatch, capsys):
+    import torch.distributed as dist
+
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+    monkeypatch.setattr(D.torch.cuda, "device_count", lambda: 1)  # one GPU, two processes
+    monkeypatch.setattr(D, "init_process_group", lambda: D.torch.device("cpu"))  # what launch picks then
+    monkeypatch.setattr(dist, "get_rank", lambda: 0)
+    device, fallback = D.start_ranks("auto")
+    assert device.type == "cpu" and "fell back to cpu/gloo" in fallback and "1 GPU" in fallback
+    assert "fell back" in capsys.readouterr().err
+
+
+def test_cuda_without_a_gpu_per_process_refuses_with_the_reason(monkeypatch):
+    import pytest
+
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+    monkeypatch.setattr(D, "gpu_per_rank", lambda: False)
+    with pytest.raises(SystemExit, match="one GPU per process"):
+        D.start_ranks("cuda")
+    with pytest.raises(ValueError):
+        D.start_ranks("tpu")
+
+
+def test_ddp_script_records_what_it_ran_on(tmp_path):
+    launch = D.torchrun(["-m", "gpucourse.ddp_scripts", "--steps", "2", "--per-rank", "4", "--hidden", "8",
+                         "--device", "cpu", "--out", str(tmp_path)], nproc=2)
+    assert launch.returncode == 0, launch.output[-2000:]
+    for r in D.read_rank_reports(tmp_path):
+        assert (r["device"], r["backend"], r["requested_device"], r["fallback"]) == ("cpu", "gloo", "cpu", None)

@@ -45,3 +45,35 @@ def test_lit_regressor_prepares_once_and_sets_up(tmp_path):
     assert [line.split()[0] for line in log] == ["prepare_data", "setup(TrainerFn.FITTING)"]
     assert (tmp_path / "regression.pt").exists()
     assert {"train_loss", "val_loss"} <= set(trainer.callback_metrics)
+
+
+@pytest.mark.parametrize("timings, smoke, says", [
+    ({1: 2.0, 2: 3.0}, True, "too small to show DDP's scaling"),
+    ({1: 3.0, 2: 2.0}, True, "too small to show DDP's scaling"),
+    ({1: 2.0, 2: 3.0}, False, "1.50x SLOWER"),
+    ({1: 3.0, 2: 2.0}, False, "1.50x faster"),
+])
+def test_ddp_timing_chart_says_what_was_measured_and_where(timings, smoke, says):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig = L.plot_ddp_timings(timings, hardware="a test CPU, 2 logical CPUs", smoke=smoke)
+    ax = fig.axes[0]
+    assert "a test CPU" in ax.get_title() and "DDP" in ax.get_title()
+    assert "(s)" in ax.get_ylabel() and ax.get_xlabel()
+    notes = " ".join(t.get_text() for t in ax.texts)
+    assert says in notes
+    assert ("faster" in notes) == (timings[2] < timings[1])  # never a speedup that was not measured
+    plt.close(fig)
+
+
+def test_ddp_timing_chart_refuses_nonsense():
+    with pytest.raises(ValueError):
+        L.plot_ddp_timings({1: 0.0, 2: 1.0})
+
+
+def test_fork_and_use_cuda_refuses_an_unknown_order():
+    with pytest.raises(ValueError):
+        L.fork_and_use_cuda("whenever")

@@ -156,7 +156,7 @@ def test_run_python_script_reports_exit_code_and_output():
     assert (code, output.strip()) == (3, "hi")
 
 
-def test_bench_quick_writes_the_report(tmp_path):
+def test_bench_quick_writes_the_report(tmp_path, capsys):
     import json
 
     from gpucourse import bench
@@ -168,11 +168,23 @@ def test_bench_quick_writes_the_report(tmp_path):
     assert "| `count_primes` |" in report
     assert (tmp_path / "lesson01.png").stat().st_size > 0
     ddp = json.loads((tmp_path / "lesson07.json").read_text())
-    assert set(ddp["runs"]) >= {"1", "2"} and all(r["identical_weights"] for r in ddp["runs"].values())
-    assert "| 2 | cpu (gloo) |" in report
+    cpu = ddp["comparisons"]["cpu/gloo"]  # every run of a comparison on one device and backend
+    assert set(cpu) >= {"1", "2"} and all(r["identical_weights"] for r in cpu.values())
+    assert all((r["device"], r["backend"]) == ("cpu", "gloo") for r in cpu.values())
+    assert "### cpu/gloo" in report and "[bench] lesson01: started" in capsys.readouterr().out
     acc = json.loads((tmp_path / "accelerator.json").read_text())
     assert all(rate > 0 for rate in acc["matmul_tflops"].values())
     assert all(step["ms_per_step"] > 0 for step in acc["resnet18_steps"].values()) and len(acc["resnet18_steps"]) == 2
     assert "ResNet-18 training step" in report
     if acc["device"] == "cpu":
         assert acc["copy_gbps"].startswith("skipped") and "skipped" in report
+
+
+def test_bench_parts_stop_starting_measurements_when_their_budget_is_spent():
+    from gpucourse import bench
+
+    spent = bench.Budget("lesson01", 0.0)
+    results = bench.lesson01(quick=True, budget=spent)
+    assert results["speedups"] == [] and results["pool_startup_ms"] == {} and results["loader_items_per_s"] == {}
+    assert "count_primes serial" in results["skipped"] and any("DataLoader" in s for s in results["skipped"])
+    assert "skipped for its time budget: count_primes serial" in bench.report(results, 0.0)

@@ -10,7 +10,8 @@
 - ``ring_all_reduce`` and ``plot_ring_all_reduce``: the ring algorithm in one process, step by step, and
   its per-rank traffic 2(N-1)/N against N;
 - ``ddp_timeline`` and ``plot_ddp_overlap``: a model of DDP's bucketed all-reduce overlapping backward;
-- ``sampler_orders``: what DistributedSampler hands one rank each epoch, with and without ``set_epoch``.
+- ``sampler_orders``: what DistributedSampler hands one rank each epoch, with and without ``set_epoch``;
+- ``same_device_and_backend`` and ``plot_throughput``: 1 vs N processes, only ever on one device and backend.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ import torch
 from torch import nn
 
 from gpucourse.launch import Launch, torchrun  # noqa: F401 (lesson 7 calls them from here: D.torchrun)
-from gpucourse.launch import gpu_per_rank, init_process_group
+from gpucourse.launch import COLLECTIVE_TIMEOUT, gpu_per_rank, init_process_group
 from gpucourse.launch import read_rank_reports as _rank_reports
 
 FEATURES = 4
@@ -97,15 +98,45 @@ def read_rank_reports(folder: Path) -> list[dict]:
     return list(_rank_reports(folder).values())
 
 
-def train(steps: int, per_rank: int, hidden: int, out: Path) -> dict:
+DEVICES = ("auto", "cpu", "cuda")
+
+
+def start_ranks(device: str = "auto") -> tuple[torch.device, str | None]:
+    """Start torch.distributed on ``device``: "cuda" (NCCL, one GPU per process, or an error saying why
+    not), "cpu" (gloo) or "auto" (NCCL when every process can have a GPU, else gloo). Returns the device
+    and, when "auto" fell back from GPUs to the CPU, the reason, which rank 0 also prints: a comparison
+    must never mix a cuda/nccl run with a cpu/gloo one without saying so."""
+    import torch.distributed as dist
+
+    if device not in DEVICES:
+        raise ValueError(f"device must be one of {DEVICES}, not {device!r}")
+    processes, gpus = int(os.environ.get("LOCAL_WORLD_SIZE", "1")), torch.cuda.device_count()
+    if device == "cuda" and not gpu_per_rank():
+        raise SystemExit(f"--device cuda needs one GPU per process (NCCL refuses two processes on one GPU): "
+                         f"{processes} processes, {gpus} GPU(s) here")
+    if device == "cpu":
+        dist.init_process_group("gloo", timeout=COLLECTIVE_TIMEOUT)
+        return torch.device("cpu"), None
+    chosen = init_process_group()
+    fallback = None
+    if chosen.type == "cpu" and gpus > 0:
+        fallback = (f"fell back to cpu/gloo: {processes} processes but {gpus} GPU(s), and NCCL needs one GPU "
+                    "per process")
+        if dist.get_rank() == 0:
+            print(f"NOTE: {fallback}", file=sys.stderr, flush=True)
+    return chosen, fallback
+
+
+def train(steps: int, per_rank: int, hidden: int, out: Path, device: str = "auto") -> dict:
     """One rank of a DDP run: same initial weights everywhere, own shard each step, DDP averages gradients."""
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel as DDP
 
-    device = init_process_group()
+    requested = device
+    device, fallback = start_ranks(requested)
     rank, world = dist.get_rank(), dist.get_world_size()
     torch.manual_seed(rank)  # different on purpose: DDP broadcasts rank 0's weights when it wraps the model
-    model = DDP(TinyNet(hidden).to(device), device_ids=[device.index] if gpu_per_rank() else None,
+    model = DDP(TinyNet(hidden).to(device), device_ids=[torch.cuda.current_device()] if device.type == "cuda" else None,
                 find_unused_parameters=True)  # `spare` gets no gradient: without this, step 2 raises
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
     loss_fn = nn.MSELoss()
@@ -126,6 +157,7 @@ def train(steps: int, per_rank: int, hidden: int, out: Path) -> dict:
     kept = timings[1:] or timings  # the first step also builds DDP's buckets
     median = sorted(kept)[len(kept) // 2]
     report = {"rank": rank, "world_size": world, "device": str(device), "backend": dist.get_backend(),
+              "requested_device": requested, "fallback": fallback,
               "seconds_per_step": median, "samples_per_second": world * per_rank / median,
               "final_loss": float(loss), "weights_checksum": float(weights.double().sum()),
               "weights_head": [float(w) for w in weights[:4]]}
@@ -142,10 +174,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--per-rank", type=int, default=64, help="samples per rank per step")
     parser.add_argument("--hidden", type=int, default=256)
     parser.add_argument("--out", type=Path, required=True, help="folder for rank<N>.json")
+    parser.add_argument("--device", choices=DEVICES, default="auto",
+                        help="cuda (NCCL, one GPU per process), cpu (gloo), or auto: cuda when every process can "
+                             "have a GPU, else cpu, saying so")
     args = parser.parse_args(argv)
     if "RANK" not in os.environ:
         parser.error("start this script with torchrun: it needs RANK, WORLD_SIZE and MASTER_ADDR from it")
-    train(args.steps, args.per_rank, args.hidden, args.out)
+    train(args.steps, args.per_rank, args.hidden, args.out, args.device)
     return 0
 
 
@@ -305,3 +340,41 @@ def sampler_orders(n: int, epochs: int, rank: int = 0, world_size: int = 2, set_
             sampler.set_epoch(epoch)
         orders.append(list(sampler))
     return orders
+
+
+# --- Comparing runs: like with like -------------------------------------------------------------------
+
+def same_device_and_backend(results: dict[int, list[dict]]) -> tuple[str, str]:
+    """The one (device, backend) every rank of every run used; ValueError, naming them, when they differ
+    (a cuda/nccl run beside a cpu/gloo one measures the hardware, not the number of processes)."""
+    pairs = {(r["device"].split(":")[0], r["backend"]) for reports in results.values() for r in reports}
+    if len(pairs) != 1:
+        raise ValueError(f"these runs used different devices or backends, {sorted(pairs)}: compare runs on one "
+                         "(pass --device cpu or --device cuda to every run)")
+    return pairs.pop()
+
+
+def plot_throughput(results: dict[int, list[dict]], hardware: str | None = None):
+    """Samples per second (all ranks) per process count, for runs on one device and backend (checked),
+    titled with both and the hardware; says whether more processes were faster in this measurement."""
+    import matplotlib.pyplot as plt
+
+    from gpucourse.reference import this_machine
+
+    device, backend = same_device_and_backend(results)
+    counts = sorted(results)
+    speed = [results[n][0]["samples_per_second"] for n in counts]
+    fig, ax = plt.subplots(figsize=(5.5, 3.6))
+    ax.bar([f"{n} process{'es' if n > 1 else ''}" for n in counts], speed, color="tab:green")
+    ax.set_xlabel(f"torchrun processes, each on {device} ({backend})")
+    ax.set_ylabel("samples / s, all ranks")
+    ax.set_title(f"DDP script on {device} ({backend}), every run alike\n{hardware or this_machine(device)}", fontsize=9)
+    ratio = speed[-1] / speed[0]
+    note = (f"measured: {counts[-1]} processes {ratio:.2f}x the samples/s of 1" if ratio > 1 else
+            f"measured: {counts[-1]} processes {1 / ratio:.2f}x SLOWER than 1"
+            + (": they share this machine's CPU cores" if device == "cpu" else ""))
+    ax.text(0.5, 0.97, note, transform=ax.transAxes, ha="center", va="top", fontsize=8,
+            bbox=dict(facecolor="white", alpha=0.85, edgecolor="none"))
+    ax.set_ylim(0, 1.4 * max(speed))
+    fig.tight_layout()
+    return fig

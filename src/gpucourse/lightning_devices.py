@@ -7,12 +7,17 @@
   one synchronized metric, ``val_loss`` (lesson 7's exercise on synchronized metrics is left to you);
 - ``quiet_trainer``: a Trainer without logger, checkpoints or progress bar, for short demonstrations;
 - ``lightning_device_ids``: how Lightning itself parses ``devices=`` for a machine with N GPUs;
-- ``REMOVED`` and ``try_trainer``: the 2021-22 Trainer arguments, run on the installed Lightning.
+- ``REMOVED`` and ``try_trainer``: the 2021-22 Trainer arguments, run on the installed Lightning;
+- ``fork_and_use_cuda`` and ``RECORDED_FORK_ERROR``: CUDA and fork, in the wrong order and the right one
+  (for real on a GPU, in a fresh interpreter; as recorded on an H100 elsewhere);
+- ``plot_ddp_timings``: the 1- vs 2-process chart, saying what was measured and on what.
 """
 
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 from unittest import mock
@@ -160,3 +165,82 @@ def try_trainer(**kwargs) -> str:
     except Exception as error:
         return f"{type(error).__name__}: {str(error).splitlines()[0]}"
     return f"ok: {type(trainer.strategy).__name__}"
+
+
+# Run by fork_and_use_cuda in a fresh interpreter, so that the notebook's own process never holds CUDA.
+FORK_DEMO = """
+import multiprocessing as mp, sys, torch
+def child(queue):
+    try:
+        torch.zeros(1, device="cuda")
+        queue.put("the forked child used the GPU")
+    except RuntimeError as error:
+        queue.put(f"the forked child raised RuntimeError: {str(error).splitlines()[0]}")
+if sys.argv[1] == "cuda first":
+    torch.zeros(1, device="cuda")  # the parent initializes CUDA, then forks
+queue = mp.get_context("fork").SimpleQueue()
+process = mp.get_context("fork").Process(target=child, args=(queue,))
+process.start()
+print(queue.get())
+process.join()
+if sys.argv[1] == "fork first":
+    torch.zeros(1, device="cuda")
+    print("and the parent used the GPU after the fork")
+"""
+
+# What lesson 6 printed on a real GPU while its ddp_notebook cell came after a single-process fit
+# (the last frames of the child's traceback, from the recorded run's test log).
+RECORDED_FORK_ERROR = """Recorded on an NVIDIA H100 80GB HBM3 (torch 2.11.0+cu130, pytorch-lightning 2.6.6, 2026-11-25),
+when this lesson still ran a single-process fit in the notebook's process before its ddp_notebook cell.
+Process 0 (a ddp_notebook child) terminated with the following error:
+  ...
+  File ".../lightning_fabric/utilities/seed.py", line 146, in _collect_rng_states
+    states["torch.cuda"] = torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []
+  File ".../torch/cuda/random.py", line 47, in get_rng_state_all
+    results = [get_rng_state(i) for i in range(device_count())]
+  File ".../torch/cuda/random.py", line 33, in get_rng_state
+    _lazy_init()
+  File ".../torch/cuda/__init__.py", line 466, in _lazy_init
+    raise RuntimeError(
+RuntimeError: Cannot re-initialize CUDA in forked subprocess. To use CUDA with multiprocessing, you must use the 'spawn' start method"""
+
+
+def fork_and_use_cuda(order: str, timeout: float = 180) -> str:
+    """In a fresh interpreter: initialize CUDA then fork a child that uses it (``"cuda first"``), or fork
+    first (``"fork first"``). Returns what happened, in one or two lines. Needs an NVIDIA GPU."""
+    if order not in ("cuda first", "fork first"):
+        raise ValueError(f"order must be 'cuda first' or 'fork first', not {order!r}")
+    run = subprocess.run([sys.executable, "-c", FORK_DEMO, order], capture_output=True, text=True, timeout=timeout)
+    lines = run.stdout.strip().splitlines() or run.stderr.strip().splitlines()[-1:]
+    return " ".join(lines) if lines else f"no output (exit status {run.returncode})"
+
+
+def plot_ddp_timings(timings: dict[int, float], hardware: str | None = None, smoke: bool = False):
+    """Seconds to fit per process count, titled with the hardware, and saying whether 2 processes were
+    faster in *this* measurement: no speedup is claimed that was not measured. Returns the Figure."""
+    import matplotlib.pyplot as plt
+
+    from gpucourse.reference import this_machine
+
+    if not timings or any(t <= 0 for t in timings.values()):
+        raise ValueError(f"timings must map process counts to positive seconds, not {timings!r}")
+    counts = sorted(timings)
+    fig, ax = plt.subplots(figsize=(5.5, 3.6))
+    ax.bar([f"{n} process{'es' if n > 1 else ''}" for n in counts], [timings[n] for n in counts], color="tab:blue")
+    ax.set_xlabel("ddp_notebook processes (CPU, gloo)")
+    ax.set_ylabel("time to fit, best of runs (s)")
+    ax.set_title(f"LitRegressor fit, 1 vs {max(counts)} DDP processes\non {hardware or this_machine('cpu')}",
+                 fontsize=9)
+    one, many = timings[counts[0]], timings[counts[-1]]
+    if many < one:
+        note = f"measured: {max(counts)} processes {one / many:.2f}x faster than 1 (each trains on half the batches)"
+    else:
+        note = (f"measured: {max(counts)} processes {many / one:.2f}x SLOWER than 1: process start-up and one\n"
+                "all-reduce per step cost more than the halved work")
+    if smoke:
+        note += "\nsmoke size: seconds of start-up and a few steps, too small to show DDP's scaling"
+    ax.text(0.5, 0.97, note, transform=ax.transAxes, ha="center", va="top", fontsize=8,
+            bbox=dict(facecolor="white", alpha=0.85, edgecolor="none"))
+    ax.set_ylim(0, 1.45 * max(timings.values()))
+    fig.tight_layout()
+    return fig

@@ -29,11 +29,25 @@ def smoke_mode() -> bool:
     raise ValueError(f"{SMOKE_ENV}={value!r} is not understood; use 1 (smoke run) or 0 (full run)")
 
 
+def cuda_available() -> bool:
+    """``torch.cuda.is_available()``, asked through NVML so that the notebook's process can still fork.
+
+    By default torch asks the CUDA runtime (cudaGetDeviceCount), which "poisons" fork: a child forked
+    afterwards that touches CUDA dies with "Cannot re-initialize CUDA in forked subprocess", and every
+    ``ddp_notebook`` child does (lesson 6). ``PYTORCH_NVML_BASED_CUDA_CHECK=1`` asks NVML instead, as
+    Lightning does for itself from the moment it is imported; this sets it first, unless set already.
+    """
+    os.environ.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")
+    import torch
+
+    return torch.cuda.is_available()
+
+
 def pick_device() -> Any:
     """The best accelerator torch can use here: CUDA (or ROCm), then Apple MPS, then the CPU."""
     import torch
 
-    if torch.cuda.is_available():
+    if cuda_available():
         return torch.device("cuda")
     mps = getattr(torch.backends, "mps", None)
     if mps is not None and mps.is_available():
@@ -53,7 +67,7 @@ def accelerator_count(kind: str) -> int:
     import torch
 
     if kind == "cuda":
-        return torch.cuda.device_count() if torch.cuda.is_available() else 0
+        return torch.cuda.device_count() if cuda_available() else 0
     if kind == "mps":
         mps = getattr(torch.backends, "mps", None)
         return int(mps is not None and mps.is_available())

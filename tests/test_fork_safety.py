@@ -1,0 +1,130 @@
+"""No notebook leaves CUDA state in its own process before a fork whose children use CUDA (lesson 6's rule).
+
+On a GPU, a process forked after its parent initialized CUDA (or merely asked the CUDA runtime how many
+GPUs there are) dies with "Cannot re-initialize CUDA in forked subprocess" as soon as it touches CUDA.
+Lightning's ``ddp_notebook`` children always do when a GPU is present (they save the CUDA random state),
+so do DataLoader workers or ``multiprocessing`` fork children that put tensors on the GPU. CI has no GPU,
+so this check is dynamic: every notebook runs in a real kernel, in the smoke setting (a fork can hide in
+a helper module, so none is skipped on the strength of its text), with
+``tests/cuda_fork_simulator.py`` installed first. It pretends one GPU through NVML (so every GPU branch
+is taken), records each call that would leave CUDA state in a process, marks every fork child as a
+"bad fork" exactly when its parent had such state (torch's own rule), and records a violation when such
+a child touches CUDA. Cells that need a real GPU fail in this run (there is none); their errors are
+ignored, only the recorded events count. What the run cannot reach (a fork after a cell that fails for
+want of a real GPU) it cannot judge: keep forks out of GPU-only cells' failure paths.
+
+Proof that it catches the bug it was written for: ``OLD_LESSON06`` holds the cells of lesson 6 as it
+was when it failed on an H100 (preamble, imports, section 1's fit on ``S.device``, the 1- then
+2-process ``ddp_notebook`` run), and the test asserts that it is flagged, with the cell that caused it.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbclient import NotebookClient
+
+from conftest import FIXTURES, SOLUTIONS, notebooks, read
+
+TESTS = Path(__file__).resolve().parent
+DDP_FORK = re.compile(r"strategy\s*=\s*[\"']ddp_(notebook|fork)[\"']")
+OLD_LESSON06 = FIXTURES / "fork_safety" / "lesson06_before_fix.ipynb"
+
+
+def run_with_pretend_gpu(nb, tmp_path: Path, gpus: int = 1) -> list[dict]:
+    """Execute ``nb`` with the simulator installed first; every recorded event, in order."""
+    import cuda_fork_simulator
+
+    log = tmp_path / "cuda_events.jsonl"
+    log.touch()
+    install = nbformat.v4.new_code_cell(
+        f"import sys; sys.path.insert(0, {str(TESTS)!r})\n"
+        f"import cuda_fork_simulator; cuda_fork_simulator.install({str(log)!r}, gpus={gpus})")
+    nb = nbformat.from_dict(nb)
+    nb.cells.insert(0, install)
+    client = NotebookClient(nb, timeout=600, kernel_name="python3", allow_errors=True,
+                            resources={"metadata": {"path": str(tmp_path)}})
+    client.execute()
+    errors = [o for o in nb.cells[0].get("outputs", []) if o.get("output_type") == "error"]
+    assert not errors, f"the simulator did not install: {errors}"
+    return cuda_fork_simulator.read_events(log)
+
+
+def describe(events: list[dict]) -> str:
+    """The violations, and where the parent got the CUDA state that caused them."""
+    lines = []
+    for v in (e for e in events if e["kind"] == "violation"):
+        lines.append(f"a forked child touched CUDA in cell {v['cell_number']} ({v['cell']!r}): {v['what']}")
+    for s in (e for e in events if e["kind"] == "cuda_state"):
+        lines.append(f"  the notebook's process got CUDA state in cell {s['cell_number']} ({s['cell']!r}): "
+                     f"{s['what']}\n    via {s['where']}")
+    return "\n".join(lines)
+
+
+@pytest.mark.parametrize("path", notebooks(SOLUTIONS), ids=lambda p: p.parent.name)
+def test_no_cuda_state_before_a_fork_that_uses_it(path, tmp_path, monkeypatch):
+    monkeypatch.delenv("GPUCOURSE_REQUIRE", raising=False)  # GPU cells fail here by design, not by requirement
+    events = run_with_pretend_gpu(read(path), tmp_path)
+    if any(c.cell_type == "code" and DDP_FORK.search(c.source) and ".fit(" in c.source for c in read(path).cells):
+        assert any(e["kind"] == "fork" for e in events), "its ddp_notebook fit never forked here: the check saw nothing"
+    violations = [e for e in events if e["kind"] == "violation"]
+    assert not violations, f"{path.relative_to(SOLUTIONS.parent)} fails on a GPU:\n{describe(events)}"
+
+
+def test_the_check_catches_lesson_6_as_it_failed_on_an_h100(tmp_path, monkeypatch):
+    monkeypatch.delenv("GPUCOURSE_REQUIRE", raising=False)
+    events = run_with_pretend_gpu(read(OLD_LESSON06), tmp_path)
+    violations = [e for e in events if e["kind"] == "violation"]
+    assert violations, "the old lesson 6 forked after using CUDA, and the check did not see it"
+    assert all("ddp_notebook" not in e["cell"] and e["child"] for e in violations)
+    assert {e["cell"] for e in violations} == {"timings = {}"}, describe(events)  # the cell that failed on the H100
+    parent_state = [e for e in events if e["kind"] == "cuda_state"]
+    assert any(e["cell"].startswith("epochs = S.size") for e in parent_state), describe(events)
+
+
+SCRIPT = """
+import os, sys, torch
+sys.path.insert(0, {tests!r})
+import cuda_fork_simulator as sim
+sim.install({log!r})
+{before}
+pid = os.fork()
+if pid == 0:
+    try:
+        torch.zeros(1, device="cuda")
+    except RuntimeError as error:
+        print("child:", error)
+    os._exit(0)
+os.waitpid(pid, 0)
+"""
+
+
+@pytest.mark.parametrize("before, violation", [
+    ("torch.cuda.is_available()", True),  # cudaGetDeviceCount: what the preamble did before it asked NVML
+    ("from gpucourse.preamble import pick_device; pick_device()", False),
+    ("import pytorch_lightning; torch.cuda.is_available()", False),  # Lightning sets the NVML switch on import
+    ("torch.cuda.device_count()", False),
+    ("torch.manual_seed(0)", False),  # CUDA seeding is queued until CUDA starts
+    ("import contextlib\nwith contextlib.suppress(RuntimeError): torch.ones(1).cuda()", True),
+])
+def test_the_simulator_follows_torchs_fork_rule(before, violation, tmp_path):
+    import subprocess
+    import sys
+
+    import cuda_fork_simulator
+
+    log = tmp_path / "events.jsonl"
+    script = SCRIPT.format(tests=str(TESTS), log=str(log), before=before)
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr[-2000:]
+    events = cuda_fork_simulator.read_events(log)
+    kinds = [e["kind"] for e in events]
+    assert "fork" in kinds
+    assert ("violation" in kinds) == violation, events
+    if violation:
+        assert cuda_fork_simulator.REAL_ERROR in run.stdout
+    else:
+        assert "child_cuda" in kinds  # the child's CUDA use was seen, and allowed
