@@ -158,7 +158,7 @@ def draw_state(predicted: dict[str, dict[str, int]], measured: dict[str, dict[st
         raise ValueError("nothing to draw: no recipe")
     parts = ("params", "grads", "optimizer")
     colours = {"params": "tab:blue", "grads": "tab:orange", "optimizer": "tab:green"}
-    fig, ax = plt.subplots(figsize=(7.5, 4), layout="constrained")
+    fig, ax = plt.subplots(figsize=(9, 4), layout="constrained")
     x = np.arange(len(recipes))
     for offset, data, hatch, name in ((-0.2, predicted, "", "predicted"), (0.2, measured, "//", "measured")):
         bottom = np.zeros(len(recipes))
@@ -171,7 +171,7 @@ def draw_state(predicted: dict[str, dict[str, int]], measured: dict[str, dict[st
     ax.set_xlabel("precision recipe (left bar: predicted, right bar: measured)")
     ax.set_ylabel("bytes (MiB)")
     ax.set_title(f"{title}\nmeasured on {hardware}", fontsize=10)
-    ax.legend(fontsize=7, ncol=2)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     return fig
 
 
@@ -211,7 +211,7 @@ def draw_checkpointing(segments: list[int], saved_bytes: list[int], step_ms: lis
     left.set_ylabel("saved activations (MiB)")
     right.plot([str(s) for s in segments], step_ms, marker="o", color="tab:red")
     right.set_xlabel("segments (1 = no checkpointing)")
-    right.set_ylabel("training step (ms, median)")
+    right.set_ylabel("training step (ms)")
     right.set_ylim(bottom=0)
     fig.suptitle(f"{title}\nmeasured on {hardware}", fontsize=10)
     return fig
