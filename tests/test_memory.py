@@ -194,3 +194,15 @@ def test_figures_have_titles_and_labelled_axes_with_units():
         M.draw_checkpointing([], [], [], hardware="x")
     with pytest.raises(ValueError):
         M.draw_per_rank(lambda s, n: 0, [], title="t")
+
+
+def test_judges_fail_on_missing_or_malformed_observations():
+    hidden = _hidden()
+    specs = [L.PUBLIC_MODEL]
+    assert "expected 3 predictions" in L.judge_against_measurement([], specs, L.reference_bytes)
+    assert "no answer was recorded" in L.judge_against_measurement([None, None, None], specs, L.reference_bytes)
+    assert "no answer was recorded" in L.judge_plans([None, None, None], L.PUBLIC_STACKS)
+    assert "expected 4 answers" in L.judge_public_zero(None)
+    assert "no answer was recorded" in L.judge_public_zero([None] * 4)
+    assert "raise ValueError" in hidden.judge_bad_arguments([None] * 6)
+    assert "no answer was recorded" in hidden.judge_zero([None] * 24)

@@ -74,9 +74,11 @@ def judge_zero(results, cases=None):
         want = expected_bytes(P, P_t, T_t, c["recipe"], c["stage"], c["world_size"])
         where = (f"{P:,} parameters ({P_t:,} trainable in {T_t} tensors), recipe {c['recipe']!r}, "
                  f"stage {c['stage']}, {c['world_size']} ranks")
+        if not isinstance(got, dict):
+            return f"{where}: no answer was recorded"
         if "error" in got:
-            return f"{where}: raised {got['error']}: {got['message']}"
-        if got["type"] != "dict" or got["keys"] != ["grads", "optimizer", "params"]:
+            return f"{where}: raised {got['error']}: {got.get('message', '')}"
+        if got.get("type") != "dict" or got.get("keys") != ["grads", "optimizer", "params"]:
             return f"{where}: return a dict with exactly the keys 'params', 'grads', 'optimizer'"
         for key in ("params", "grads", "optimizer"):
             if got[key] != want[key]:
@@ -99,7 +101,8 @@ def judge_bad_arguments(results):
     if not isinstance(results, list) or len(results) != len(labels):
         return f"expected {len(labels)} answers"
     for label, got in zip(labels, results):
-        if got.get("error") != "ValueError":
+        if not isinstance(got, dict) or got.get("error") != "ValueError":
+            got = got if isinstance(got, dict) else {}
             return f"{label}: raise ValueError (got {got.get('error') or got.get('type')})"
     return None
 

@@ -146,12 +146,14 @@ def judge_against_measurement(results, specs, expected_fn, recipes=RECIPES, labe
     for i, ((spec, recipe), r) in enumerate(zip(rows, results)):
         where = f"{label} {i // len(recipes) + 1} ({describe_spec(spec)}), recipe {recipe!r}"
         want = expected_fn(*counts(spec), recipe)
+        if not isinstance(r, dict) or not isinstance(r.get("got"), dict):
+            return f"{where}: no answer was recorded"
         if r.get("measured") != want:
             return f"{where}: the measurement {r.get('measured')} disagrees with the memory model {want}: report this check"
         got = r["got"]
         if "error" in got:
-            return f"{where}: raised {got['error']}: {got['message']}"
-        if got["type"] != "dict" or got["keys"] != ["grads", "optimizer", "params"]:
+            return f"{where}: raised {got['error']}: {got.get('message', '')}"
+        if got.get("type") != "dict" or got.get("keys") != ["grads", "optimizer", "params"]:
             return f"{where}: return a dict with exactly the keys 'params', 'grads', 'optimizer', not {got}"
         for key in ("params", "grads", "optimizer"):
             if got[key] != want[key]:
@@ -198,9 +200,11 @@ def judge_public_zero(results):
     if not isinstance(results, list) or len(results) != 4:
         return "expected 4 answers"
     for stage, (got, want) in enumerate(zip(results, expected)):
+        if not isinstance(got, dict):
+            return f"stage {stage}, 2 ranks: no answer was recorded"
         if "error" in got:
-            return f"stage {stage}, 2 ranks: raised {got['error']}: {got['message']}"
-        if got["type"] != "dict":
+            return f"stage {stage}, 2 ranks: raised {got['error']}: {got.get('message', '')}"
+        if got.get("type") != "dict":
             return f"stage {stage}, 2 ranks: return a dict, not a {got['type']}"
         for key in ("params", "grads", "optimizer"):
             if got.get(key) != want[key]:
@@ -315,6 +319,8 @@ def judge_plans(results, specs, label="stack") -> str | None:
         budget = budget_for(spec, plan_bytes)
         want = expected_plan(plan_bytes, budget)
         where = f"{label} {i + 1} ({len(blocks)} blocks, widths {spec['widths']}, {spec.get('dtype', 'float32')}, budget {budget} bytes)"
+        if not isinstance(got, dict):
+            return f"{where}: no answer was recorded"
         if want is None:
             if got.get("error") != "ValueError":
                 return f"{where}: no plan fits this budget: raise ValueError (got {got.get('error') or got.get('type')})"
