@@ -16,6 +16,8 @@ One module per lesson, each named for what it holds:
   ``ddp_spawn`` script (``python -m gpucourse.darts_ddp``).
 - ``gpucourse.cluster``: lesson 10, beyond one machine (SLURM and torchrun launches).
 - ``gpucourse.profiling``: lesson 11, profiling a training loop (``torch.profiler``, traces, timelines).
+- ``gpucourse.sharding``: lesson 13, sharded data parallel: ZeRO-1 by hand, ``ZeroRedundancyOptimizer``, FSDP2,
+  tensor and pipeline parallelism (``torchrun ... -m gpucourse.sharding DEMO``).
 - ``gpucourse.reference``: the measured GPU reference (H100) that GPU cells plot beside this machine's numbers.
 - ``gpucourse.checks``: every exercise's public checks (``check("...")`` in the notebooks).
 """

@@ -1,0 +1,67 @@
+"""Hidden checks for lesson 13 (sharded data parallel). Never released.
+
+ShardedAdam runs as a script. The public launch (2 ranks, 1082 parameters, one weight holding 960 of them)
+is judged first; a submission that fails it is not launched again, and the hidden judges report the
+public record's failure. Otherwise two more launches with generated inputs (gpucourse.checks.lesson13's
+generated_inputs, seeded here): 2 ranks on models of an odd parameter count, and 3 ranks on models whose
+parameter count leaves each non-zero remainder. The judges rebuild the inputs from the seed and train the
+expected weights themselves.
+"""
+
+from gpucourse.checks import Case
+from gpucourse.checks.lesson13 import generated_inputs, judge_state, judge_weights
+
+# ShardedAdam:
+# 1. step() averages the gradients over all processes (a mean, as DDP)        -> every weights case (eps 1e-3 makes a sum visible)
+# 2. updates with Adam: lr, betas and eps as given, bias-corrected            -> every weights case (other betas, lr, eps in the generated ones)
+# 3. every rank ends each step with all the updated parameters, identical     -> every weights case, after every step
+# 4. for any parameter count, divisible by the world size or not              -> "does not divide"
+# 5. for any number of processes                                              -> "3 ranks"
+# 6. each rank keeps optimizer state for its shard only: at most 3 * ceil(P/N) + 64 elements
+#    (parameter-level partitions fail where one weight is most of the model)  -> public state case, "3 ranks: ... shard"
+# 7. works with the parameters' dtype (float64 here)                           -> every case
+
+TWO_RANKS, THREE_RANKS = 1313, 1317  # seeds of generated_inputs; the observers repeat them (they run as source)
+
+
+def observe_two_ranks_generated(ns):
+    from gpucourse.checks.ddp import run_exercise_script
+    from gpucourse.checks.lesson13 import generated_inputs, judge_state, judge_weights
+
+    public = run_exercise_script(ns, "sharded_adam")
+    if judge_weights(public) is not None or judge_state(public) is not None:
+        return {**public, "public_only": True}
+    return run_exercise_script(ns, "sharded_adam", inputs=generated_inputs(1313, 2), world_size=2)
+
+
+def observe_three_ranks_generated(ns):
+    from gpucourse.checks.ddp import run_exercise_script
+    from gpucourse.checks.lesson13 import generated_inputs, judge_state, judge_weights
+
+    public = run_exercise_script(ns, "sharded_adam")
+    if judge_weights(public) is not None or judge_state(public) is not None:
+        return {**public, "public_only": True}
+    return run_exercise_script(ns, "sharded_adam", inputs=generated_inputs(1317, 3), world_size=3)
+
+
+def judge_generated(judge, seed, world_size):
+    """``judge`` on the generated launch; on the public record when the public launch failed."""
+    def run(d):
+        if d.get("public_only"):
+            return judge(d)
+        return judge(d, inputs=generated_inputs(seed, world_size), world_size=world_size)
+    return run
+
+
+HIDDEN = {
+    "sharded_adam": [
+        Case("a parameter count 2 ranks do not divide: DDP + Adam's weights, other Adam settings",
+             observe_two_ranks_generated, judge_generated(judge_weights, TWO_RANKS, 2)),
+        Case("a parameter count 2 ranks do not divide: each rank keeps only its shard of optimizer state",
+             observe_two_ranks_generated, judge_generated(judge_state, TWO_RANKS, 2)),
+        Case("3 ranks, parameter counts 3 does not divide: DDP + Adam's weights, identical on every rank",
+             observe_three_ranks_generated, judge_generated(judge_weights, THREE_RANKS, 3)),
+        Case("3 ranks: each rank keeps only its shard of optimizer state",
+             observe_three_ranks_generated, judge_generated(judge_state, THREE_RANKS, 3)),
+    ],
+}
