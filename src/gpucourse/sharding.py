@@ -240,7 +240,7 @@ def tensor_parallel_mlp(rows: int = 8, dim: int = 16, hidden: int = 64, seed: in
 
 def gpipe(microbatches: int = 4, rows: int = 32, width: int = 512, layers: int = 4) -> dict:
     """One rank = one pipeline stage (``layers`` Linear+GELU of ``width``). GPipe: every micro-batch
-    forward through all stages, then every backward; activations travel with ``send``/``recv``.
+    forward through all stages, then every backward; activations travel with ``isend``/``recv``.
     Returns this stage's busy spans ``(kind, micro-batch, start, end)`` in ``time.perf_counter``
     seconds (one clock for every process of one machine) and the stage's first and last moment."""
     import torch.distributed as dist
@@ -248,7 +248,7 @@ def gpipe(microbatches: int = 4, rows: int = 32, width: int = 512, layers: int =
     rank, world = dist.get_rank(), dist.get_world_size()
     torch.manual_seed(rank)
     stage = nn.Sequential(*[m for _ in range(layers) for m in (nn.Linear(width, width), nn.GELU())])
-    spans, kept = [], []
+    spans, kept, sending = [], [], []
     for _ in range(2):  # warm-up outside the timeline: the first backward here takes ~0.3 s of one-off set-up
         out = stage(torch.randn(rows, width))
         out.backward(torch.randn_like(out))
@@ -265,8 +265,8 @@ def gpipe(microbatches: int = 4, rows: int = 32, width: int = 512, layers: int =
         start = time.perf_counter()
         out = stage(x)
         spans.append(("forward", i, start, time.perf_counter()))
-        if rank < world - 1:
-            dist.send(out.detach(), dst=rank + 1)
+        if rank < world - 1:  # isend: the stage goes on computing while the activation travels
+            sending.append(dist.isend(out.detach(), dst=rank + 1))
         kept.append((x, out))  # GPipe keeps every micro-batch's activations until its backward
     for i in reversed(range(microbatches)):
         x, out = kept[i]
@@ -280,7 +280,9 @@ def gpipe(microbatches: int = 4, rows: int = 32, width: int = 512, layers: int =
             out.backward(grad)
         spans.append(("backward", i, start, time.perf_counter()))
         if rank > 0:
-            dist.send(x.grad, dst=rank - 1)
+            sending.append(dist.isend(x.grad, dst=rank - 1))
+    for request in sending:
+        request.wait()
     dist.barrier()
     return {"stage": rank, "stages": world, "microbatches": microbatches, "spans": spans, "begin": begin,
             "end": max(end for *_, end in spans)}

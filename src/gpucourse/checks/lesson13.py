@@ -95,7 +95,8 @@ def kept_tensor_bytes(root, exclude, namespace=None) -> int:
             storage = local.untyped_storage()
             if storage.data_ptr() not in skip:
                 storages[storage.data_ptr()] = storage.nbytes()
-            todo.append(obj.grad)
+            if obj.is_leaf:  # a leaf's .grad is kept with it; a non-leaf has none
+                todo.append(obj.grad)
         elif type(obj).__module__ == "numpy" and hasattr(obj, "nbytes"):  # state kept outside torch counts too
             storages[("numpy", id(obj))] = int(obj.nbytes)
         elif isinstance(obj, dict):
