@@ -9,7 +9,7 @@ expected weights themselves.
 """
 
 from gpucourse.checks import Case
-from gpucourse.checks.lesson13 import generated_inputs, judge_state, judge_weights
+from gpucourse.checks.lesson13 import generated_inputs, judge_shard_ranges, judge_state, judge_weights
 
 # ShardedAdam:
 # 1. step() averages the gradients over all processes (a mean, as DDP)        -> every weights case (eps 1e-3 makes a sum visible)
@@ -65,3 +65,50 @@ HIDDEN = {
              observe_three_ranks_generated, judge_generated(judge_state, THREE_RANKS, 3)),
     ],
 }
+
+
+# shard_range:
+# 1. (start, stop), a tuple of two ints                                  -> every case (a list or floats read as wrong)
+# 2. chunks of ceil(numel / world_size), rank r's starting at r * chunk   -> "every numel up to 40"
+# 3. the padding dropped: stop never past numel; a rank wholly in the padding gets (numel, numel)
+#                                                                         -> "fewer elements than ranks", "every numel up to 40"
+# 4. any numel >= 0 and world_size >= 1, rank in range(world_size)        -> "every numel up to 40" (numel 0, world_size 1)
+# 5. ValueError for a rank outside range(world_size), world_size < 1, numel < 0 -> "bad input raises ValueError"
+
+GRID = [[n, w] for n in range(0, 41) for w in range(1, 8)]
+BAD = [[10, 4, 4], [10, -1, 4], [10, 0, 0], [-1, 0, 2]]
+
+
+def observe_shard_grid(ns):
+    from gpucourse.checks.lesson13 import observe_shard_ranges
+
+    return observe_shard_ranges(ns, grid=[[n, w] for n in range(0, 41) for w in range(1, 8)])
+
+
+def observe_few_elements(ns):
+    from gpucourse.checks.lesson13 import observe_shard_ranges
+
+    return observe_shard_ranges(ns, grid=[[2, 5], [1, 3], [5, 7], [0, 3]])
+
+
+def observe_bad_input(ns):
+    from gpucourse.checks.lesson13 import observe_shard_ranges
+
+    return observe_shard_ranges(ns, grid=[[4, 2]], bad=[[10, 4, 4], [10, -1, 4], [10, 0, 0], [-1, 0, 2]])
+
+
+def judge_bad_input(d):
+    for numel, rank, world, got in d["raised"]:
+        if got != "ValueError":
+            return f"shard_range({numel}, {rank}, {world}) must raise ValueError, but it {'raised ' + got if not got.startswith('returned') else got}"
+    if [row[:3] for row in d["raised"]] != BAD:
+        return "the inputs were changed while checking"
+    return judge_shard_ranges(d, grid=[[4, 2]])
+
+
+HIDDEN["shard_range"] = [
+    Case("every numel up to 40 on 1 to 7 ranks", observe_shard_grid, lambda d: judge_shard_ranges(d, grid=GRID)),
+    Case("fewer elements than ranks: the last ranks get (numel, numel)", observe_few_elements,
+         lambda d: judge_shard_ranges(d, grid=[[2, 5], [1, 3], [5, 7], [0, 3]])),
+    Case("bad input raises ValueError", observe_bad_input, judge_bad_input),
+]

@@ -251,3 +251,67 @@ def generated_inputs(seed: int, world_size: int) -> dict:
             runs.append({"widths": widths})
     return {"seed": rng.randint(1, 999), "steps": 5, "rows": rng.randint(3, 7), "lr": rng.choice([0.02, 0.005]),
             "betas": [rng.choice([0.8, 0.85]), rng.choice([0.95, 0.97])], "eps": rng.choice([1e-3, 3e-3]), "runs": runs}
+
+
+# --- Exercise 1: shard boundaries with the padding rule ----------------------------------------------
+
+SHARD_PUBLIC = [[10, 4], [8, 2], [3, 1]]  # [numel, world_size]: every rank of each
+
+
+def observe_shard_ranges(ns, grid=None, bad=()):
+    """``shard_range`` for every rank of every ``[numel, world_size]`` of ``grid`` (SHARD_PUBLIC by default),
+    and what each of ``bad`` ``[numel, rank, world_size]`` raises. Results as data: a pair of ints, or a
+    description of what came back."""
+    from gpucourse.checks import answer
+    from gpucourse.checks.lesson13 import SHARD_PUBLIC
+
+    def describe(got):
+        if isinstance(got, tuple) and len(got) == 2 and all(type(v) is int for v in got):
+            return list(got)
+        return f"a {type(got).__name__} {str(got)[:60]}"
+
+    function = answer(ns, "shard_range")
+    results = []
+    for numel, world in grid or SHARD_PUBLIC:
+        for rank in range(world):
+            try:
+                results.append([numel, rank, world, describe(function(numel, rank, world))])
+            except Exception as error:
+                results.append([numel, rank, world, f"raised {type(error).__name__}"])
+    raised = []
+    for numel, rank, world in bad:
+        try:
+            raised.append([numel, rank, world, f"returned {str(function(numel, rank, world))[:60]}"])
+        except Exception as error:
+            raised.append([numel, rank, world, type(error).__name__])
+    return {"results": results, "raised": raised}
+
+
+def expected_shard(numel, rank, world_size):
+    """The padding rule: chunks of ceil(numel / world_size); padding dropped; ranks past the end get (numel, numel)."""
+    chunk = -(-numel // world_size)
+    return [min(rank * chunk, numel), min((rank + 1) * chunk, numel)]
+
+
+def judge_shard_ranges(d, grid=None):
+    from gpucourse.checks.lesson13 import SHARD_PUBLIC, expected_shard
+
+    wanted = [[n, r, w] for n, w in (grid or SHARD_PUBLIC) for r in range(w)]
+    if [row[:3] for row in d["results"]] != wanted:
+        return "the inputs were changed while checking"
+    for numel, rank, world, got in d["results"]:
+        want = expected_shard(numel, rank, world)
+        if got != want:
+            shown = tuple(got) if isinstance(got, list) else got
+            return (f"shard_range({numel}, {rank}, {world}) returned {shown}; with chunks of ceil({numel}/{world}) "
+                    f"and the padding dropped it is {tuple(want)}")
+    return None
+
+
+register("shard_range",
+         Case("10 elements on 4 ranks, 8 on 2, 3 on 1: chunks of ceil(numel / world_size)", observe_shard_ranges,
+              judge_shard_ranges),
+         answers=[Answer("shard_range", "function",
+                         "a function shard_range(numel, rank, world_size) returning (start, stop), this rank's "
+                         "elements of a flat vector padded to equal chunks")],
+         points=1)
