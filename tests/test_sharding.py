@@ -207,3 +207,16 @@ def test_reference_answer_passes_the_public_launch():
     assert [case.judge(record) for case in exercise.cases] == [None, None], record["tail"]
     for rank in record["ranks"].values():  # the shard: 3 * 541 elements at most, not Adam's 2 * 1082
         assert rank["runs"][0]["state_bytes"] <= 2 * 541 * 8 + 64
+
+
+def test_shard_range_judge_states_the_padding_rule_and_the_type():
+    rows = lambda got: {"results": [[n, r, w, got(n, r, w)] for n, w in L.SHARD_PUBLIC for r in range(w)]}
+    assert L.judge_shard_ranges(rows(L.expected_shard)) is None
+    assert L.expected_shard(10, 3, 4) == [9, 10] and L.expected_shard(2, 4, 5) == [2, 2] and L.expected_shard(0, 0, 3) == [0, 0]
+    floor = L.judge_shard_ranges(rows(lambda n, r, w: [r * (n // w), (r + 1) * (n // w)]))
+    assert "shard_range(10, 0, 4) returned (0, 2)" in floor and "(0, 3)" in floor
+    assert "tuple of two ints" in L.judge_shard_ranges(rows(lambda n, r, w: f"a list {L.expected_shard(n, r, w)}"))
+    assert "raised ValueError" in L.judge_shard_ranges(rows(lambda n, r, w: "raised ValueError"))
+    changed = rows(L.expected_shard)
+    changed["results"][0][0] = 11
+    assert "changed" in L.judge_shard_ranges(changed)

@@ -47,8 +47,9 @@ def observe_three_ranks_generated(ns):
 def judge_generated(judge, seed, world_size):
     """``judge`` on the generated launch; on the public record when the public launch failed."""
     def run(d):
-        if d.get("public_only"):
-            return judge(d)
+        if d.get("public_only"):  # not launched again: the public launch's failure is the reason
+            verdict = judge(d)
+            return verdict and f"(the public 2-process launch already failed) {verdict}"
         return judge(d, inputs=generated_inputs(seed, world_size), world_size=world_size)
     return run
 

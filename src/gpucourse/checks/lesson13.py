@@ -301,9 +301,11 @@ def judge_shard_ranges(d, grid=None):
         return "the inputs were changed while checking"
     for numel, rank, world, got in d["results"]:
         want = expected_shard(numel, rank, world)
+        if isinstance(got, str) and not got.startswith("raised"):
+            return f"shard_range({numel}, {rank}, {world}) returned {got}: return a tuple of two ints (start, stop)"
         if got != want:
-            shown = tuple(got) if isinstance(got, list) else got
-            return (f"shard_range({numel}, {rank}, {world}) returned {shown}; with chunks of ceil({numel}/{world}) "
+            shown = f"returned {tuple(got)}" if isinstance(got, list) else got if got.startswith("raised") else f"returned {got}"
+            return (f"shard_range({numel}, {rank}, {world}) {shown}; with chunks of ceil({numel}/{world}) "
                     f"and the padding dropped it is {tuple(want)}")
     return None
 
