@@ -220,3 +220,15 @@ def test_shard_range_judge_states_the_padding_rule_and_the_type():
     changed = rows(L.expected_shard)
     changed["results"][0][0] = 11
     assert "changed" in L.judge_shard_ranges(changed)
+
+
+def test_the_judges_model_does_not_depend_on_the_global_generator():
+    """Judges run in threads of one grader: a model drawn from torch's global generator would change
+    whenever another thread draws from it between the seeding and the drawing."""
+    first = [p.clone() for p in L.build_model([5, 7, 2], 3).parameters()]
+    torch.manual_seed(12345)
+    torch.rand(100)
+    again = list(L.build_model([5, 7, 2], 3).parameters())
+    assert all(torch.equal(a, b) for a, b in zip(first, again))
+    assert all(p.dtype == torch.float64 for p in again)
+    assert not torch.equal(first[0], L.build_model([5, 7, 2], 4)[0].weight)

@@ -25,15 +25,21 @@ BOOKKEEPING = 64  # elements a ShardedAdam may keep beyond 3 per parameter of it
 
 
 def build_model(widths, seed):
-    """The model of a run: Linear layers of ``widths`` with Tanh between, float64, seeded."""
+    """The model of a run: Linear layers of ``widths`` with Tanh between, float64, its weights drawn from a
+    generator of its own (the global generator is shared by every thread of the grader that judges
+    submissions side by side), uniform in +-1/sqrt(fan_in) as nn.Linear draws them."""
     import torch
     from torch import nn
 
-    torch.manual_seed(seed)
+    g = torch.Generator().manual_seed(seed)
     layers = []
     for i, (a, b) in enumerate(zip(widths, widths[1:])):
-        layers += [nn.Linear(a, b)] + ([nn.Tanh()] if i < len(widths) - 2 else [])
-    return nn.Sequential(*layers).double()
+        layer = nn.Linear(a, b, dtype=torch.float64)
+        with torch.no_grad():
+            for p in (layer.weight, layer.bias):
+                p.copy_((torch.rand(p.shape, generator=g, dtype=torch.float64) * 2 - 1) / a ** 0.5)
+        layers += [layer] + ([nn.Tanh()] if i < len(widths) - 2 else [])
+    return nn.Sequential(*layers)
 
 
 def rank_rows(widths, seed, step, rank, rows):
