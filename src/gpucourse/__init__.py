@@ -17,6 +17,8 @@ One module per lesson, each named for what it holds:
 - ``gpucourse.cluster``: lesson 10, beyond one machine (SLURM and torchrun launches).
 - ``gpucourse.profiling``: lesson 11, profiling a training loop (``torch.profiler``, traces, timelines).
 - ``gpucourse.memory``: lesson 12, where the memory goes (storages, saved activations, checkpointing figures).
+- ``gpucourse.sharding``: lesson 13, sharded data parallel: ZeRO-1 by hand, ``ZeroRedundancyOptimizer``, FSDP2,
+  tensor and pipeline parallelism (``torchrun ... -m gpucourse.sharding DEMO``).
 - ``gpucourse.reference``: the measured GPU reference (H100) that GPU cells plot beside this machine's numbers.
 - ``gpucourse.checks``: every exercise's public checks (``check("...")`` in the notebooks).
 """
