@@ -32,7 +32,7 @@ import record  # noqa: E402
 
 ASSIGNMENT = "quiz_gpu_data_parallel"
 RELEASED = COURSE / ASSIGNMENT / "quiz.ipynb"
-QUESTIONS = [f"q{n}" for n in range(1, 17)]
+QUESTIONS = [f"q{n}" for n in range(1, 21)]
 
 
 def released():

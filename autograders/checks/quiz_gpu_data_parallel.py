@@ -30,6 +30,10 @@ KEY = {
     "q14": ("d", "DDP keeps the replicas identical from step to step, and does not change the learning rate."),
     "q15": ("a", "count every factor: processes per node, nodes, the batch of each process, and the accumulated batches."),
     "q16": ("b", "SLURM's --ntasks-per-node and --gres are per node, and Lightning wants one task per GPU."),
+    "q17": ("a", "which dtype do the parameters keep under autocast, and which dtype does a parameter's gradient have?"),
+    "q18": ("b", "checkpoint_sequential checkpoints segments - 1 segments and runs the last one normally."),
+    "q19": ("c", "ZeRO-1 shards only the optimizer state; parameters and gradients stay whole on every rank."),
+    "q20": ("d", "the bubble is the p - 1 slots of fill and drain out of m + p - 1."),
 }
 
 
