@@ -286,6 +286,14 @@ def _root_script(workdir: Path, hide: list[Path]) -> list[str]:
     ``hide`` that lies inside a visible one is covered too."""
     root = ROOT_MOUNT
     script = [f"mount -t tmpfs -o mode=0755 gpucourse-root {root}"]
+    # The sandbox's own /proc, /dev, /tmp and /sys first: a visible folder that lies below one of them (a
+    # checkout under /tmp, as CI's may be) is then bound inside it instead of being covered by it.
+    script += [f"mkdir {root}/proc {root}/dev {root}/tmp {root}/mnt {root}/sys",
+               f"mount -t proc -o nosuid,noexec,nodev proc {root}/proc",
+               f"mount --bind /dev {root}/dev",  # devices; not /dev/shm or /dev/pts mounted below it
+               f"mount -t tmpfs -o mode=1777 gpucourse-shm {root}/dev/shm",
+               f"mount --bind /sys {root}/sys",
+               f"mount -t tmpfs -o mode=1777 gpucourse-tmp {root}/tmp"]
     for inside, source in visible():
         target, quoted = shlex.quote(root + inside), shlex.quote(source)
         if os.path.islink(source) and inside == source:  # /bin -> usr/bin: the same link
@@ -297,13 +305,7 @@ def _root_script(workdir: Path, hide: list[Path]) -> list[str]:
         path = Path(path).resolve()
         if path.is_dir() and any(path.is_relative_to(inside) for inside, _ in visible()):
             script.append(f"mount -t tmpfs -o size=1m,mode=0755 gpucourse-hidden {shlex.quote(root + str(path))}")
-    script += [f"mkdir {root}/proc {root}/dev {root}/tmp {root}/mnt {root}/sys",
-               f"mount -t proc -o nosuid,noexec,nodev proc {root}/proc",
-               f"mount --bind /dev {root}/dev",  # devices; not /dev/shm or /dev/pts mounted below it
-               f"mount -t tmpfs -o mode=1777 gpucourse-shm {root}/dev/shm",
-               f"mount --bind /sys {root}/sys",
-               f"mount -t tmpfs -o mode=1777 gpucourse-tmp {root}/tmp",
-               f"mount --bind {shlex.quote(str(workdir.resolve()))} {root}/mnt"]
+    script.append(f"mount --bind {shlex.quote(str(workdir.resolve()))} {root}/mnt")
     return script
 
 

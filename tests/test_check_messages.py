@@ -75,3 +75,22 @@ def test_a_stub_inside_an_observer_that_catches_errors_still_reads_not_answered_
                                      "scaled_learning_rate": scaled_learning_rate})
     assert message.endswith("not answered yet: " + checks.declared("effective_batch_size").to_define())
     assert "scaled_learning_rate" not in message.split("not answered yet")[1]  # only the stub is named
+
+
+def test_a_class_whose_init_is_a_stub_is_a_stub():
+    class Stubbed:
+        def __init__(self, params):
+            raise NotImplementedError()
+
+        def step(self):
+            raise NotImplementedError()
+
+    class Answered(Stubbed):
+        def __init__(self, params):
+            self.params = params
+
+    class Inherits(Stubbed):  # its own __init__ is not a stub: not judged a stub (it may answer elsewhere)
+        pass
+
+    assert checks.is_stub(Stubbed)
+    assert not checks.is_stub(Answered) and not checks.is_stub(Inherits) and not checks.is_stub(int)

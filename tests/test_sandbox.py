@@ -265,14 +265,11 @@ def test_only_the_allow_list_is_visible(tmp_path, launch):
     planted = not key.exists()
     if planted:  # `make release` writes it; the test plants one where it would be
         key.write_text('{"salt": "x", "answers": {}}')
-    secrets = [ROOT.parent / f"gpucourse-secret-{uuid.uuid4().hex[:8]}", ROOT / f"gpucourse-secret-{uuid.uuid4().hex[:8]}",
-               Path(tempfile.mkdtemp(prefix="gpucourse-secret-", dir="/var/tmp"))]
+    # Run as nobody (test_isolated_for_an_ordinary_user), this test cannot write beside the checkout:
+    # the root run plants the secrets there and names them in SECRETS_ENV, readable by anyone.
+    given = [Path(p) for p in os.environ.get(SECRETS_ENV, "").split(os.pathsep) if p]
+    secrets = given or _plant_secrets()
     try:
-        for folder in secrets:
-            folder.mkdir(exist_ok=True)
-            (folder / "answers.txt").write_text("the answers")
-            folder.chmod(0o755)
-            (folder / "answers.txt").chmod(0o644)
         readable = [*(str(f / "answers.txt") for f in secrets), *(str(package / name) for name in sandbox.ANSWER_FILES),
                     str(ROOT / "README.md"), str(ROOT / "autograders" / "engine.py")]
         code = f"""
@@ -292,10 +289,26 @@ def test_only_the_allow_list_is_visible(tmp_path, launch):
         found = json.loads(out.output.split("found:", 1)[1])
         assert found == {path: None for path in readable}, found
     finally:
-        for folder in secrets:
-            shutil.rmtree(folder, ignore_errors=True)
+        if not given:
+            for folder in secrets:
+                shutil.rmtree(folder, ignore_errors=True)
         if planted:
             key.unlink()
+
+
+SECRETS_ENV = "GPUCOURSE_TEST_SECRETS"
+
+
+def _plant_secrets() -> list[Path]:
+    """Folders holding an answers.txt anyone may read: beside the checkout, inside it, and in /var/tmp."""
+    secrets = [ROOT.parent / f"gpucourse-secret-{uuid.uuid4().hex[:8]}", ROOT / f"gpucourse-secret-{uuid.uuid4().hex[:8]}",
+               Path(tempfile.mkdtemp(prefix="gpucourse-secret-", dir="/var/tmp"))]
+    for folder in secrets:
+        folder.mkdir(exist_ok=True)
+        (folder / "answers.txt").write_text("the answers")
+        folder.chmod(0o755)
+        (folder / "answers.txt").chmod(0o644)
+    return secrets
 
 
 def test_the_allow_list_is_one_list_without_answers():
@@ -390,6 +403,7 @@ def test_isolated_for_an_ordinary_user(tmp_path):
     if not (shutil.which("bwrap") and shutil.which("unshare") and shutil.which("setpriv")):
         _missing("bubblewrap (apt-get install bubblewrap), unshare and setpriv are needed to test it as nobody")
     home = Path(tempfile.mkdtemp(prefix="gpucourse-nobody-"))
+    secrets = _plant_secrets()  # nobody cannot write beside the checkout; the allow-list test reads these
     try:
         os.chown(home, sandbox.NOBODY, sandbox.NOBODY)
         before, after = sandbox._keep_reachable(sandbox._needed_folders(), masked=[])
@@ -400,13 +414,16 @@ def test_isolated_for_an_ordinary_user(tmp_path):
                   "exec setpriv --reuid={0} --regid={0} --clear-groups --inh-caps=-all -- {1}".format(
                       sandbox.NOBODY, " ".join(map(shlex.quote, [sys.executable, *pytest_args])))]
         env = {"PATH": os.defpath, "HOME": str(home), "LANG": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1",
-               "GPUCOURSE_REQUIRE_ISOLATION": "1", "GPUCOURSE_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+               "GPUCOURSE_REQUIRE_ISOLATION": "1", "GPUCOURSE_OFFLINE": "1", "OMP_NUM_THREADS": "1",
+               SECRETS_ENV: os.pathsep.join(map(str, secrets))}
         done = subprocess.run(["unshare", "--mount", "--", "sh", "-c", "\n".join(script)], cwd=home, env=env,
                               capture_output=True, text=True, timeout=900)
         assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
         assert "skipped" not in done.stdout.splitlines()[-1], done.stdout[-4000:]
     finally:
         shutil.rmtree(home, ignore_errors=True)
+        for folder in secrets:
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 @pytest.mark.parametrize("isolate", [False, True])

@@ -190,13 +190,16 @@ def _exercise_of(case: Case) -> str | None:
 
 
 def is_stub(value: Any) -> bool:
-    """Whether ``value`` is a function that can only raise NotImplementedError: a released stub.
+    """Whether ``value`` is a function that can only raise NotImplementedError (or a class whose own
+    ``__init__`` is one): a released stub.
 
     Its code names ``NotImplementedError`` and has no way to return or yield, which is what nbgrader's
     ``raise NotImplementedError()`` in place of the solution leaves.
     """
     import dis
 
+    if isinstance(value, type):  # a class whose own __init__ is a stub cannot be made: the class is one too
+        return "__init__" in vars(value) and is_stub(vars(value)["__init__"])
     code = getattr(value, "__code__", None)
     if code is None or "NotImplementedError" not in code.co_names:
         return False

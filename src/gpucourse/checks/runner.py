@@ -10,7 +10,7 @@ observer, in order (``{"case", "ok", "data" | "error"}``; ``"answer": true`` whe
 missing or mistyped answer, whose message already says what to define); ``{"type": "flag",
 "reason"}`` when the run was refused or forged; then ``{"type": "done"}``.
 
-Two processes (see autograders/THREAT_MODEL.md): the *supervisor* (``gpucourse.checks.supervisor``) holds
+Two processes (see the grader's threat model): the *supervisor* (``gpucourse.checks.supervisor``) holds
 the results and the observers and never runs student code; it forks a *worker* (``_work``, here) that runs
 the cells and then, one at a time, the observers it is sent, and watches it from outside.
 
