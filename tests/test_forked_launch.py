@@ -171,3 +171,17 @@ def test_a_launch_out_of_time_leaves_nothing_behind(launched):
     assert result["timed_out"] and result["returncode"] is None
     assert result["left"] == [], "a launcher, rank or their child outlived the launch"
     assert result["seconds"] < 60
+
+
+def test_the_supervisor_passes_on_only_listed_scripts_with_their_driver_and_a_bounded_world_size():
+    from gpucourse.checks import supervisor
+
+    sup = object.__new__(supervisor.Supervisor)  # only its list of launches matters here
+    sup.launches = {"print('answer')": ("gpucourse.checks.lesson07:drive", 2)}
+    ask = dict(source="print('answer')", driver="gpucourse.checks.lesson07:drive", nproc=2)
+    assert sup._allowed(ask)
+    assert sup._allowed({**ask, "nproc": 3}), "a hidden check may ask for another world size"
+    assert not sup._allowed({**ask, "nproc": supervisor.MAX_RANKS + 1})
+    assert not sup._allowed({**ask, "nproc": 0}) and not sup._allowed({**ask, "nproc": "2"})
+    assert not sup._allowed({**ask, "driver": "os:system"})
+    assert not sup._allowed({**ask, "source": "print('forged')"})

@@ -33,6 +33,7 @@ from gpucourse.checks.runner import (OUTPUT_LIMIT, Channel, _reap, _work, become
 GRACE = 10.0  # seconds a cell or check may overrun its own alarm before it is stopped from outside
 RESTARTS = 3  # fresh workers after cells or checks that had to be stopped from outside
 SETUP_SECONDS = 120  # a fresh worker's snapshot, before its first cell
+MAX_RANKS = 4  # the most ranks a graded launch may ask for (a CPU grader: more would only contend)
 
 
 class ProtocolError(Exception):
@@ -280,8 +281,12 @@ class Supervisor:
             raise ProtocolError(f"{kind!r} out of turn")
 
     def _allowed(self, request: dict) -> bool:
+        """A listed script with its own driver, on its declared number of ranks or another a hidden
+        check asks for (lesson 13 checks 3 ranks of a 2-rank exercise), never more than MAX_RANKS."""
         listed = self.launches.get(request.get("source"))
-        return listed is not None and (request.get("driver"), request.get("nproc")) == listed
+        nproc = request.get("nproc")
+        return (listed is not None and request.get("driver") == listed[0] and type(nproc) is int
+                and 1 <= nproc <= max(MAX_RANKS, listed[1]))
 
     def run(self, observers) -> None:
         index = self._until_ready(0)
