@@ -10,13 +10,15 @@ export JUPYTER_CONFIG_PATH := $(CURDIR)/autograders
 # As if the venv were activated: nbgrader and Jupyter start other tools (alembic, kernels) by name.
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: help install lab formgrader nbgrader test test-gpu site release publish grade bench bench-gpu full-run clean
+.PHONY: help install lab formgrader nbgrader test test-fast lint test-gpu site release publish grade bench bench-gpu full-run clean
 
 help:
 	@echo "make lab       students: copy course/ into work/ (once per file) and open JupyterLab there"
 	@echo "make formgrader [RESULTS=<dir>]   instructors: JupyterLab with Formgrader on the course (or a graded class)"
 	@echo "make nbgrader ARGS=\"<command>\" [RESULTS=<dir>]   any nbgrader command on the course (or a graded class)"
-	@echo "make test      install and run the whole test suite on CPU"
+	@echo "make test      install and run the whole test suite on CPU (what CI runs)"
+	@echo "make test-fast the fast tier, for every change: unit tests, every fixture judged in-process, one notebook"
+	@echo "make lint      ruff on the project's Python files (also a test in both tiers)"
 	@echo "make test-gpu  on an NVIDIA GPU: notebooks and GPU tests, where a skipped CUDA cell is a failure"
 	@echo "make site      run the lessons and render them as HTML: build/site/_build/html/index.html"
 	@echo "make install   create .venv and install (idempotent)"
@@ -65,6 +67,13 @@ nbgrader: install
 # GPUCOURSE_OFFLINE=1 writes a small CIFAR-10 instead of downloading it.
 test: install
 	GPUCOURSE_SMOKE=1 GPUCOURSE_OFFLINE=1 $(BIN)/python -m pytest $(PYTEST_ARGS)
+
+# The same suite without the tests marked slow (pyproject.toml's markers): minutes, for every change.
+test-fast: install
+	GPUCOURSE_SMOKE=1 GPUCOURSE_OFFLINE=1 $(BIN)/python -m pytest -m "not slow" $(PYTEST_ARGS)
+
+lint: install
+	$(BIN)/python -m ruff check .
 
 # On a machine with an NVIDIA GPU: every notebook and the GPU tests, where a cell or test that would
 # skip for want of CUDA fails instead (GPUCOURSE_REQUIRE=cuda). Cells needing 2 GPUs skip on one GPU.

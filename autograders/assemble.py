@@ -31,7 +31,8 @@ SUSPICIOUS = {
     "reaches into builtins or the import system": r"__builtins__|importlib\.reload|sys\.meta_path|sys\.path_hooks|sys\.path_importer_cache",
     "reads the grader's files, processes or environment": r"/proc|gradebook|NBGRADER|GPUCOURSE_",
     "hard exits or exit hooks": r"os\._exit|sys\.exit|atexit|signal\.signal|os\.kill|killpg",
-    "raw file descriptors or interpreter internals": r"os\.(dup2?|fdopen|write|read)\b|gc\.get_objects|gc\.get_referr|sys\._getframe|\bf_globals\b|"
+    "raw file descriptors or interpreter internals": r"os\.(dup2?|fdopen|write|read)\b|gc\.get_objects|gc\.get_referr|"
+                                                     r"sys\._getframe|\bf_globals\b|"
                                                      r"__subclasses__|ctypes|sys\.settrace|sys\.setprofile",
     "overrides equality or torch dispatch": r"def __eq__|def __ne__|__torch_function__|__torch_dispatch__|__array_ufunc__",
 }
@@ -136,7 +137,7 @@ def _tampering(student_cells: list[dict], template_cells: list[dict], flags: lis
             flags.append(f"locked cell {grade_id}: duplicated (the released one was used)")
         elif _source(found[0]) != _source(cell) or found[0].get("cell_type") != cell["cell_type"]:
             flags.append(f"locked cell {grade_id}: changed (the released one was used)")
-        elif nbgrader_meta(found[0]).get("points") != meta.get("points") or nbgrader_meta(found[0]).get("schema_version") != meta.get("schema_version"):
+        elif any(nbgrader_meta(found[0]).get(key) != meta.get(key) for key in ("points", "schema_version")):
             flags.append(f"locked cell {grade_id}: nbgrader metadata changed (the released one was used)")
     known = {nbgrader_meta(c).get("grade_id") for c in template_cells}
     for extra in sorted(set(theirs) - known):
@@ -377,7 +378,8 @@ def _forgery(tree: ast.AST, aliases: _Aliases) -> list[str]:
                     say(f"imports {OWNERS[why[0]]} `{why[1]}`")
         elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
             why = _imported(node.module)
-            if why and not (node.module == CHECKS and all(a.name in ALLOWED_FROM_CHECKS and a.asname in (None, a.name) for a in node.names)):
+            if why and not (node.module == CHECKS
+                            and all(a.name in ALLOWED_FROM_CHECKS and a.asname in (None, a.name) for a in node.names)):
                 say(f"imports {OWNERS[why[0]]} `{node.module}` ({', '.join(a.name for a in node.names)})")
             for a in node.names if not why else ():  # from gpucourse import checks
                 inner = _imported(f"{node.module}.{a.name}")
@@ -420,7 +422,8 @@ def _forgery(tree: ast.AST, aliases: _Aliases) -> list[str]:
         if text is not None:
             if re.match(rf"{re.escape(CHECKS)}(\.|$)", text) or re.search(r"gpucourse[/\\]checks", text):
                 say(f"names the checks' `{text[:60]}`")
-            elif _imported(text) and re.fullmatch(r"[\w.]+", text) and text.partition(".")[0] in GRADER - {"grade", "record", "release", "publish"}:
+            elif (_imported(text) and re.fullmatch(r"[\w.]+", text)
+                  and text.partition(".")[0] in GRADER - {"grade", "record", "release", "publish"}):
                 say(f"names the grader's `{text[:60]}`")
             elif re.search(SECRET_PATHS, text):
                 say(f"reads the grader's or the solutions' files (`{text[:60]}`)")

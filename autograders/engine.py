@@ -333,7 +333,8 @@ def infrastructure(observations: dict) -> list[str]:
     for case_id, observation in observations.items():
         data = observation.get("data")
         if isinstance(data, dict) and data.get("infrastructure"):
-            reason = f"a multi-process launch failed for reasons of the machine ({str(data['infrastructure'])[:200]}): regrade {case_id.split('/')[0]}"
+            reason = (f"a multi-process launch failed for reasons of the machine ({str(data['infrastructure'])[:200]}): "
+                      f"regrade {case_id.split('/')[0]}")
             if reason not in found:
                 found.append(reason)
     return found

@@ -115,7 +115,8 @@ def main(argv: list[str] | None = None) -> int:
     stamp_pyproject(ROOT / "pyproject.toml", edition)
     stamp_readme(ROOT / "README.md")
     write_key(args.solutions, KEY, only=args.only)  # --only: that assignment's entries, the others kept
-    print(f"released {len(ids)} assignment(s) into {args.course.relative_to(ROOT) if args.course.is_relative_to(ROOT) else args.course}: {', '.join(ids)}")
+    where = args.course.relative_to(ROOT) if args.course.is_relative_to(ROOT) else args.course
+    print(f"released {len(ids)} assignment(s) into {where}: {', '.join(ids)}")
     print(f"badges, setup cells and pyproject's URL point at {edition.url} @ {edition.ref}")
     print(f"self-check key of the answer exercises: {KEY.relative_to(ROOT)}")
     return 0

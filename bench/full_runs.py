@@ -137,7 +137,8 @@ def main(argv: list[str] | None = None) -> int:
         store.write_text(json.dumps(results, indent=1))
         report = write_report(results, args.out)
         slow = ", ".join(f"cell {t['cell']} {t['seconds']:.0f} s" for t in result["slowest"][:3])
-        print(f"{path.parent.name}: {result['wall_s']:.0f} s ({slow})" + (f" ERROR {result['error']}" if result["error"] else ""), flush=True)
+        error = f" ERROR {result['error']}" if result["error"] else ""
+        print(f"{path.parent.name}: {result['wall_s']:.0f} s ({slow}){error}", flush=True)
     print(f"wrote {report} and {store}")
     return 1 if failed else 0
 

@@ -86,9 +86,11 @@ def main() -> None:
         edition = publish(tmp / "edition", git=False)
         python = str(colab_like(tmp))
         print(f"load average before: {os.getloadavg()}")
-        timed("setup cell: pip install --no-deps the edition", [python, "-m", "pip", "install", *PIP_OPTIONS, "--no-deps", str(edition)], env)
-        timed("setup cell: install_missing()", [python, "-c", "from gpucourse.install import install_missing; install_missing()"], env)
-        timed("lesson 9: install_missing('darts')", [python, "-c", "from gpucourse.install import install_missing; install_missing('darts')"], env)
+        timed("setup cell: pip install --no-deps the edition",
+              [python, "-m", "pip", "install", *PIP_OPTIONS, "--no-deps", str(edition)], env)
+        missing = "from gpucourse.install import install_missing; install_missing"
+        timed("setup cell: install_missing()", [python, "-c", f"{missing}()"], env)
+        timed("lesson 9: install_missing('darts')", [python, "-c", f"{missing}('darts')"], env)
         print(f"load average after: {os.getloadavg()}")
 
 

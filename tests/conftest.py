@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -14,8 +15,9 @@ SOLUTIONS = ROOT / "solutions"
 COURSE = ROOT / "course"
 AUTOGRADERS = ROOT / "autograders"
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
-# tests/test_notebooks.py saves each executed solution notebook here; tests/test_site.py builds the
-# rendered course from them (book/make_book.py reads the same folder).
+# Each solution notebook executed in a pytest run is saved here (``executed_solution``), so the tests that
+# read what it printed (tests/test_notebooks_accelerator_cells.py, tests/test_site.py) share one run of it;
+# book/make_book.py reads the same folder.
 EXECUTED = ROOT / "build" / "executed"
 SESSION_START = time.time()  # executed notebooks older than this were not made by this pytest run
 
@@ -43,6 +45,46 @@ def read(path: Path):
 
 def nbgrader_meta(cell) -> dict:
     return cell.get("metadata", {}).get("nbgrader", {})
+
+
+class NotebookFailed(Exception):
+    """A solution notebook raised in a cell: the message names the cell and carries nbclient's error."""
+
+
+_FAILED: dict[Path, str] = {}  # solution notebook -> why it failed, this pytest run
+
+
+def executed_solution(path: Path):
+    """``path`` (a solution notebook) executed in the smoke setting, once per pytest run.
+
+    The first caller runs it in a real kernel and saves it under ``EXECUTED``; every later caller, in any
+    test file and in any order, reads that run (or gets its failure again) instead of running it twice.
+    A test that needs an executed notebook calls this, so it never depends on another test having run.
+    """
+    from nbclient import NotebookClient
+    from nbclient.exceptions import CellExecutionError
+
+    path = Path(path)
+    target = EXECUTED / path.relative_to(SOLUTIONS)
+    if path in _FAILED:
+        raise NotebookFailed(_FAILED[path])
+    if target.is_file() and target.stat().st_mtime >= SESSION_START:
+        return read(target)
+    if os.environ.get("GPUCOURSE_SMOKE") != "1":
+        raise NotebookFailed("run through `make test` (or `make test-fast`), which sets GPUCOURSE_SMOKE=1")
+    nb = read(path)
+    with tempfile.TemporaryDirectory() as workdir:
+        client = NotebookClient(nb, timeout=900, kernel_name="python3", resources={"metadata": {"path": workdir}})
+        try:
+            client.execute()
+        except CellExecutionError as error:
+            index = next((i for i, c in enumerate(nb.cells) if c.cell_type == "code"
+                          and any(o.get("output_type") == "error" for o in c.get("outputs", []))), "?")
+            head = nb.cells[index].source.splitlines()[0] if index != "?" else ""
+            _FAILED[path] = f"{path.relative_to(SOLUTIONS.parent)}: cell {index} ({head!r}) failed:\n{error}"
+            raise NotebookFailed(_FAILED[path]) from None
+    save_executed(path, nb)
+    return nb
 
 
 def save_executed(source: Path, nb) -> Path:

@@ -16,7 +16,6 @@ import copy
 import json
 import os
 import shutil
-import sys
 import time
 import uuid
 from pathlib import Path

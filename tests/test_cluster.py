@@ -144,14 +144,16 @@ def test_torchrun_template_runs_one_torchrun_per_node():
 
 
 @pytest.mark.parametrize("text,problem", [
-    ("#!/bin/bash\n#SBATCH -N 2\n#SBATCH --ntasks-per-node 4\n#SBATCH --gpus-per-node=h100:4\nmodule load cuda\nsrun python train.py\n", None),
+    ("#!/bin/bash\n#SBATCH -N 2\n#SBATCH --ntasks-per-node 4\n#SBATCH --gpus-per-node=h100:4\n"
+     "module load cuda\nsrun python train.py\n", None),
     ("#!/bin/bash\n#SBATCH --nodes=2 --ntasks-per-node=4 --gres=gpu:4  # all on one line\nexec srun -u python train.py\n", None),
     ("#SBATCH --nodes=2\n#SBATCH --ntasks-per-node=4\n#SBATCH --gres=gpu:4\nsrun python train.py\n", "interpreter"),
     ("#!/bin/bash\n#SBATCH --nodes=2\n#SBATCH --ntasks-per-node=1\n#SBATCH --gres=gpu:4\nsrun python train.py\n", "one task per GPU"),
     ("#!/bin/bash\n#SBATCH --nodes=2\n#SBATCH --ntasks-per-node=4\n#SBATCH --gres=gpu:8\nsrun python train.py\n", "8 GPU(s)"),
     ("#!/bin/bash\n#SBATCH --nodes=2\n#SBATCH --ntasks-per-node=4\n#SBATCH --gpus=8\nsrun python train.py\n", "whole job"),
     ("#!/bin/bash\n#SBATCH --nodes=2\n#SBATCH --ntasks-per-node=4\n#SBATCH --gres=gpu:4\npython train.py\n", "srun"),
-    ("#!/bin/bash\ncd $HOME\n#SBATCH --nodes=2\n#SBATCH --ntasks-per-node=4\n#SBATCH --gres=gpu:4\nsrun python train.py\n", "--nodes is None"),
+    ("#!/bin/bash\ncd $HOME\n#SBATCH --nodes=2\n#SBATCH --ntasks-per-node=4\n#SBATCH --gres=gpu:4\n"
+     "srun python train.py\n", "--nodes is None"),
 ])
 def test_scripts_are_read_as_sbatch_reads_them(text, problem):
     verdict = L.judge_sbatch({"nodes": 2, "gpus": 4, "command": "python train.py"}, text)

@@ -349,7 +349,7 @@ def test_the_setup_cell_prints_only_the_courses_lines_next_to_an_older_torch(bui
     assert "ERROR" not in run.stdout + run.stderr and "WARNING" not in run.stdout + run.stderr, run.stderr
     assert run.stderr.strip() == "", run.stderr
     lines = run.stdout.strip().splitlines()
-    expected = [rf"Installing the course helpers from git\+file://\S+ \(about \d+ s, once per runtime\)",
+    expected = [r"Installing the course helpers from git\+file://\S+ \(about \d+ s, once per runtime\)",
                 r"Note: torch 2\.10\.0, torchvision 0\.25\.0 here are older than the tested torch>=\S+, "
                 r"torchvision>=\S+; kept as they are \(replacing a runtime's own torch breaks its CUDA setup\)\.",
                 r"Installing pytorch-lightning>=\S+ \(about \d+ s\); torch 2\.10\.0, torchvision 0\.25\.0 stay as they are",

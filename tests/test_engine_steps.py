@@ -238,7 +238,8 @@ def test_late_penalty_through_nbgrader_plugin(tmp_path, quiz_gradebook):
     with open(tmp_path / "grades.csv") as handle:
         rows = {r["student_id"]: r for r in csv.DictReader(handle)}
     assert rows["late"]["duedate"].startswith("2026-10-05 21:59:00")
-    assert (float(rows["late"]["raw_score"]), float(rows["late"]["late_submission_penalty"]), float(rows["late"]["score"])) == (len(QUESTIONS), len(QUESTIONS), 0)
+    late = rows["late"]
+    assert (float(late["raw_score"]), float(late["late_submission_penalty"]), float(late["score"])) == (len(QUESTIONS), len(QUESTIONS), 0)
     for student in ("on-time", "unstamped", "garbled"):
         assert (float(rows[student]["late_submission_penalty"]), float(rows[student]["score"])) == (0, len(QUESTIONS))
 

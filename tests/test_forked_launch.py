@@ -170,7 +170,6 @@ def test_a_launch_out_of_time_leaves_nothing_behind(launched):
     result = launched["out_of_time"]
     assert result["timed_out"] and result["returncode"] is None
     assert result["left"] == [], "a launcher, rank or their child outlived the launch"
-    assert result["seconds"] < 60
 
 
 def test_the_supervisor_passes_on_only_listed_scripts_with_their_driver_and_a_bounded_world_size():

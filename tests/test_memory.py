@@ -7,7 +7,6 @@ import importlib.util
 import pytest
 import torch
 from torch import nn
-from torch.utils.checkpoint import checkpoint_sequential
 
 from conftest import ROOT
 from gpucourse import memory as M
@@ -158,7 +157,8 @@ def test_judge_plans_rebuilds_and_rejects():
         right.append({"error": "ValueError"} if want is None else {"type": "int", "value": want})
         right[-1].update(unchanged=True, no_grads=True)
     assert L.judge_plans(right, specs) is None
-    assert "raise ValueError" in L.judge_plans(right[:2] + [{"type": "NoneType", "value": None, "unchanged": True, "no_grads": True}], specs)
+    returned_none = {"type": "NoneType", "value": None, "unchanged": True, "no_grads": True}
+    assert "raise ValueError" in L.judge_plans(right[:2] + [returned_none], specs)
     moved = [dict(r) for r in right]
     moved[0]["no_grads"] = False
     assert "leave the blocks" in L.judge_plans(moved, specs)

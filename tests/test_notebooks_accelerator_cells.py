@@ -1,10 +1,10 @@
 """Every cell that needs a GPU or TPU (``if S.needs(...)``) shows in the summary: ran, or skipped and why.
 
-tests/test_notebooks.py executes the notebooks and saves them (conftest.EXECUTED), and runs first (this
-file's name sorts after it); here each such cell
-is one test that reads what it printed in this pytest run. On a CPU they are skips carrying the cell's
-own reason, so the summary lists what never ran; `make test-gpu` (GPUCOURSE_REQUIRE=cuda) runs them on a
-GPU, where a CUDA cell that skipped for want of any GPU has already failed its notebook.
+Each such cell is one test that reads what it printed in this pytest run's execution of its notebook
+(``conftest.executed_solution``: shared with tests/test_notebooks.py, run here if nothing ran it yet).
+On a CPU they are skips carrying the cell's own reason, so the summary lists what never ran; `make
+test-gpu` (GPUCOURSE_REQUIRE=cuda) runs them on a GPU, where a CUDA cell that skipped for want of any
+GPU has already failed its notebook.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import re
 
 import pytest
 
-from conftest import EXECUTED, SESSION_START, SOLUTIONS, notebooks, read
+from conftest import SOLUTIONS, NotebookFailed, executed_solution, notebooks, read
 
 NEEDS = re.compile(r"S\.needs\(\s*\"(\w+)\"(?:\s*,\s*(?:count\s*=\s*)?(\d+))?\s*\)")
 
@@ -39,10 +39,10 @@ def test_the_gpu_and_tpu_cells_are_found():
 
 @pytest.mark.parametrize("notebook,index,what", CELLS, ids=[f"{n.split('/')[0]}[{i}]" for n, i, _ in CELLS])
 def test_accelerator_cell(notebook, index, what):
-    executed = EXECUTED / notebook
-    if not executed.is_file() or executed.stat().st_mtime < SESSION_START:
-        pytest.skip(f"tests/test_notebooks.py did not execute {notebook} in this pytest run")
-    cell = read(executed).cells[index]
+    try:
+        cell = executed_solution(SOLUTIONS / notebook).cells[index]
+    except NotebookFailed as failure:
+        pytest.fail(f"{notebook} did not execute, so its cell {index} never ran: {failure}", pytrace=False)
     assert NEEDS.search(cell.source), f"cell {index} of the executed {notebook} is not the S.needs cell: re-run it"
     printed = "".join(o.get("text", "") for o in cell.get("outputs", []) if o.get("output_type") == "stream")
     errors = [o for o in cell.get("outputs", []) if o.get("output_type") == "error"]

@@ -106,7 +106,6 @@ def test_infinite_loop_that_ignores_signals_is_killed(tmp_path, isolate, launch)
     """
     out = _run(tmp_path, code, launch, isolate=isolate, wall_seconds=3)
     assert out.timed_out and out.returncode is None
-    assert out.seconds < 20
 
 
 @pytest.mark.parametrize("isolate", [False, True])

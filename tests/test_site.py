@@ -1,8 +1,8 @@
 """The rendered course (`make site`): a Jupyter Book of the executed lessons, with no solution in it.
 
-The book is built from the notebooks that tests/test_notebooks.py executed in this pytest run (saved in
-build/executed/), so no lesson runs twice; without them (test_notebooks.py not run, or failed) these
-tests skip and say so.
+The book is built from this pytest run's execution of each solution notebook (``conftest.executed_solution``,
+saved in build/executed/ and shared with tests/test_notebooks.py, so no lesson runs twice in one run; run
+alone, these tests execute what they need).
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ import nbformat
 import pytest
 
 from browser import chrome, screenshot_on_failure
-import conftest
-from conftest import AUTOGRADERS, COURSE, EXECUTED, ROOT, SOLUTIONS, notebooks, read
+from conftest import (AUTOGRADERS, COURSE, EXECUTED, ROOT, SOLUTIONS, NotebookFailed, executed_solution,
+                      notebooks, read)
 from test_release import MARKERS, _hidden_lines, _lines
 
 sys.path.insert(0, str(ROOT / "book"))
@@ -36,15 +36,13 @@ def _title(rel: Path) -> str:
 
 @pytest.fixture(scope="module")
 def html(tmp_path_factory) -> Path:
-    stale = [rel.parent.name for rel in LESSONS
-             if not (EXECUTED / rel).is_file() or (EXECUTED / rel).stat().st_mtime < conftest.SESSION_START]
-    if stale:
-        which = "any notebook" if len(stale) == len(LESSONS) else ", ".join(stale)
-        pytest.skip(f"tests/test_notebooks.py did not execute {which} in this pytest run; the book is built "
-                    f"from the notebooks it executes, so run both in one pytest command")
     for rel in LESSONS:
-        stale = make_book.stale_cells(read(COURSE / rel), read(EXECUTED / rel))
-        assert not stale, f"{rel}: cells {stale} changed since tests/test_notebooks.py ran them (edited meanwhile?)"
+        try:
+            executed = executed_solution(SOLUTIONS / rel)
+        except NotebookFailed as failure:
+            pytest.fail(f"the book needs every lesson executed: {failure}", pytrace=False)
+        stale = make_book.stale_cells(read(COURSE / rel), executed)
+        assert not stale, f"{rel}: cells {stale} of the release differ from the solution run (run `make release`)"
     site = tmp_path_factory.mktemp("site")
     started = time.perf_counter()
     make_book.assemble(EXECUTED, site)

@@ -468,7 +468,8 @@ def judge_generated_mean(d):
                 return f"average_across_ranks raised {got['error']}"
             if got["shape"] != spec["shape"]:
                 return f"for a tensor of shape {spec['shape']} the result has shape {got['shape']}"
-            if len(got["values"]) != len(mean) or any(not abs(a - b) <= 1e-4 * max(1.0, abs(b)) for a, b in zip(got["values"], mean)):  # NaN is never close
+            close = (abs(a - b) <= 1e-4 * max(1.0, abs(b)) for a, b in zip(got["values"], mean))  # NaN is never close
+            if len(got["values"]) != len(mean) or not all(close):
                 return f"rank {rank}: not the element-wise mean over ranks for a {spec['dtype']} tensor of shape {spec['shape']}"
     return None
 

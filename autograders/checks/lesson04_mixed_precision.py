@@ -94,7 +94,8 @@ def observe_amp_epoch(ns):
         torch.Tensor.to = real_to
     return {"events": events, "moved": len(moved),
             "type": type(result).__name__, "is_float": isinstance(result, float),
-            "value": float(result) if isinstance(result, (int, float, torch.Tensor)) and getattr(result, "numel", lambda: 1)() == 1 else None}
+            "value": (float(result) if isinstance(result, (int, float, torch.Tensor))
+                      and getattr(result, "numel", lambda: 1)() == 1 else None)}
 
 
 def _per_batch(events):
@@ -478,7 +479,8 @@ def judge_clipped_generated(d):
             return f"{where}: returned {got['norms'][0]}, not the true gradient norm before clipping"
         if not _max_gap(got["params"][0], r["params"][0]) <= 1e-5:
             return f"{where}: the parameters after one step differ from a correct clipped AMP step"
-        if not _max_gap(got["params"][1], r["params"][1]) <= 1e-5 or not abs((got["norms"][1] or 0) - r["norms"][1]) <= 1e-3 * r["norms"][1]:
+        norm_close = abs((got["norms"][1] or 0) - r["norms"][1]) <= 1e-3 * r["norms"][1]
+        if not _max_gap(got["params"][1], r["params"][1]) <= 1e-5 or not norm_close:
             return f"{where}: two steps in a row: the second step differs (are the gradients zeroed each step?)"
         if got["scale"] != r["scale"]:
             return f"{where}: the scale after two good steps is {got['scale']:g}, expected {r['scale']:g}"

@@ -3,8 +3,8 @@
 Every exercise runs as a 2-process script. average_gradients and synced_metrics are launched once per
 submission: the public and hidden cases share that launch (a launch costs seconds of start-up on every
 rank), and the hidden judges look closer at the same records. accumulate_no_sync's hidden cases share a
-second launch with generated inputs, made only when the public launch passed. The drivers' inputs (gpucourse.checks.lesson07: AVERAGE_INPUTS,
-SYNCED_INPUTS) already differ from the text's picture: unequal shards per rank, a validation set
+second launch with generated inputs, made only when the public launch passed. The drivers' inputs
+(gpucourse.checks.lesson07: AVERAGE_INPUTS, SYNCED_INPUTS) already differ from the text's picture: unequal shards per rank, a validation set
 DistributedSampler must pad, batches of unequal size, 3 epochs.
 """
 

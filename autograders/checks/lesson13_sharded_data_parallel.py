@@ -13,7 +13,8 @@ from gpucourse.checks.lesson13 import generated_inputs, judge_shard_ranges, judg
 
 # ShardedAdam:
 # 1. step() averages the gradients over all processes (a mean, as DDP)        -> every weights case (eps 1e-3 makes a sum visible)
-# 2. updates with Adam: lr, betas and eps as given, bias-corrected            -> every weights case (other betas, lr, eps in the generated ones)
+# 2. updates with Adam: lr, betas and eps as given, bias-corrected            -> every weights case
+#                                                                               (other betas, lr, eps in the generated ones)
 # 3. every rank ends each step with all the updated parameters, identical     -> every weights case, after every step
 # 4. for any parameter count, divisible by the world size or not              -> "does not divide"
 # 5. for any number of processes                                              -> "3 ranks"
@@ -101,7 +102,8 @@ def observe_bad_input(ns):
 def judge_bad_input(d):
     for numel, rank, world, got in d["raised"]:
         if got != "ValueError":
-            return f"shard_range({numel}, {rank}, {world}) must raise ValueError, but it {'raised ' + got if not got.startswith('returned') else got}"
+            what = got if got.startswith("returned") else "raised " + got
+            return f"shard_range({numel}, {rank}, {world}) must raise ValueError, but it {what}"
     if [row[:3] for row in d["raised"]] != BAD:
         return "the inputs were changed while checking"
     return judge_shard_ranges(d, grid=[[4, 2]])

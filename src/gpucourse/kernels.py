@@ -313,9 +313,9 @@ def fused_vs_eager(sizes: Iterable[int], device: Any, fused: Callable[..., Any],
     for n in sizes:
         x, y = torch.randn(n, device=device), torch.randn(n, device=device)
         out = torch.empty_like(x)
-        results[n] = {"fused": seconds_per_call(lambda: fused(x, y, out), min_seconds=min_seconds),
-                      "eager": seconds_per_call(lambda: eager(x, y), min_seconds=min_seconds)}
-        del x, y, out
+        results[n] = {"fused": seconds_per_call(lambda x=x, y=y, out=out: fused(x, y, out), min_seconds=min_seconds),
+                      "eager": seconds_per_call(lambda x=x, y=y: eager(x, y), min_seconds=min_seconds)}
+        del x, y, out  # free this size's tensors before the next size allocates
     return results
 
 

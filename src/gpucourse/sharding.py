@@ -359,7 +359,8 @@ DEMOS = {"collectives", "memory", "tensor", "pipeline"}
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Lesson 13's demonstrations, one rank each; start with torchrun "
-                                                 "(python -m torch.distributed.run --nproc-per-node=N -m gpucourse.sharding DEMO --out DIR).")
+                                                 "(python -m torch.distributed.run --nproc-per-node=N "
+                                                 "-m gpucourse.sharding DEMO --out DIR).")
     parser.add_argument("demo", choices=sorted(DEMOS))
     parser.add_argument("--out", type=Path, required=True, help="folder for rank<N>.json")
     parser.add_argument("--width", type=int, default=256)

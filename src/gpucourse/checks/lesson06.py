@@ -82,7 +82,6 @@ def observe_picklable(ns, noise=0.3):
     from multiprocessing.reduction import ForkingPickler
 
     import torch
-    from torch.nn import functional as F
     from gpucourse.checks import answer
 
     model = answer(ns, "SpawnSafeRegressor")(noise=noise)

@@ -132,7 +132,6 @@ def drive_sharded_adam(ns, inputs=None):
     on every rank), the student's ShardedAdam over its parameters, and for every step compute this
     rank's loss on its own rows, backward, ``step()``; record the weights after every step and the
     bytes of the tensors the optimizer keeps (not the parameters, not their gradients)."""
-    import torch
     import torch.distributed as dist
     from torch.nn import functional as F
 
@@ -186,7 +185,8 @@ def judge_weights(d, inputs=None, world_size=2, runs=None):
     for i, run in enumerate(inputs["runs"]):
         if runs is not None and i not in runs:
             continue
-        where = f"{world_size} ranks, widths {run['widths']} ({sum(a * b + b for a, b in zip(run['widths'], run['widths'][1:]))} parameters)"
+        parameters = sum(a * b + b for a, b in zip(run['widths'], run['widths'][1:]))
+        where = f"{world_size} ranks, widths {run['widths']} ({parameters} parameters)"
         for rank, r in sorted(ranks.items()):
             if r["world_size"] != world_size:
                 return f"rank {rank} saw world size {r['world_size']}, not {world_size}"
