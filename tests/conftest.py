@@ -25,6 +25,19 @@ os.environ.setdefault("GPUCOURSE_OFFLINE", "1")  # never download a dataset in t
 sys.path.insert(0, str(AUTOGRADERS))  # release.py, grade.py and course.py are scripts, not a package
 
 
+# The one notebook `make test-fast` executes (a quick lesson with GPU cells that skip on a CPU); the
+# others are marked slow and run in `make test`.
+FAST_NOTEBOOK = "lesson03_tensor_cores"
+
+
+def notebook_param(path: Path, *values):
+    """A pytest.param for a test about notebook ``path``: marked slow unless it is ``FAST_NOTEBOOK``."""
+    import pytest
+
+    marks = () if Path(path).parent.name == FAST_NOTEBOOK else (pytest.mark.slow,)
+    return pytest.param(*(values or (path,)), marks=marks)
+
+
 def needs_cuda(reason: str):
     """Skip a test without CUDA, unless ``GPUCOURSE_REQUIRE=cuda`` (``make test-gpu``) makes that a failure."""
     import pytest

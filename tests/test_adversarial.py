@@ -24,6 +24,8 @@ import pytest
 
 from conftest import AUTOGRADERS, COURSE, ROOT, SOLUTIONS, nbgrader_meta, read
 
+pytestmark = pytest.mark.slow  # grades dozens of attack submissions in sandboxes: `make test`, not `make test-fast`
+
 ASSIGNMENT = "lesson01_processes_threads"
 NOTEBOOK = "processes_threads.ipynb"
 TESTS = ["test_parallel_map", "test_lines_dataset", "test_choose_tools", "test_average_across_ranks"]

@@ -19,6 +19,8 @@ from browser import chrome, chromium_paths, screenshot_on_failure
 from conftest import ROOT
 from labserver import serve
 
+pytestmark = pytest.mark.slow  # drives JupyterLab in headless Chromium: `make test`, not `make test-fast`
+
 QUIZ = "quiz_gpu_data_parallel"
 PANEL = ".jp-NotebookPanel:not(.lm-mod-hidden)"  # the notebook in the current tab
 NOTEBOOK = f"{PANEL} .jp-Notebook"

@@ -29,6 +29,8 @@ from nbclient import NotebookClient
 
 from conftest import FIXTURES, SOLUTIONS, notebooks, read
 
+pytestmark = pytest.mark.slow  # runs every notebook with a pretended GPU: `make test`, not `make test-fast`
+
 TESTS = Path(__file__).resolve().parent
 DDP_FORK = re.compile(r"strategy\s*=\s*[\"']ddp_(notebook|fork)[\"']")
 OLD_LESSON06 = FIXTURES / "fork_safety" / "lesson06_before_fix.ipynb"

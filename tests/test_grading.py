@@ -27,6 +27,8 @@ import pytest
 import classroom
 from conftest import FIXTURES, ROOT, SOLUTIONS, nbgrader_meta, notebooks, read
 
+pytestmark = pytest.mark.slow  # grades the whole class of fixtures and `make grade`'s round trip: `make test`, not `make test-fast`
+
 
 ROUND_TRIP = ("reference", "unanswered")
 

@@ -19,6 +19,8 @@ from labserver import serve
 sys.path.insert(0, str(ROOT / "lab"))
 import copy_course  # noqa: E402 - a script of lab/, like autograders' scripts
 
+pytestmark = pytest.mark.slow  # starts `make lab` and `make formgrader` servers: `make test`, not `make test-fast`
+
 STUDENT_OFF = ["@jupyter/nbgrader:formgrader", "@jupyter/nbgrader:create-assignment",
                "@jupyter/nbgrader:course-list", "@jupyter/nbgrader:assignment-list", "@jupyter/nbgrader:menu"]
 QUIZ = "quiz_gpu_data_parallel/quiz.ipynb"

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import SOLUTIONS, NotebookFailed, executed_solution, notebooks
+from conftest import SOLUTIONS, NotebookFailed, executed_solution, notebook_param, notebooks
 
 
-@pytest.mark.parametrize("path", notebooks(SOLUTIONS), ids=lambda p: p.parent.name)
+@pytest.mark.parametrize("path", [notebook_param(p) for p in notebooks(SOLUTIONS)], ids=lambda p: p.parent.name)
 def test_solution_notebook_executes(path):
     try:
         nb = executed_solution(path)  # saved for tests/test_site.py and the accelerator-cell summary

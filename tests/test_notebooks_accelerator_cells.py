@@ -13,7 +13,7 @@ import re
 
 import pytest
 
-from conftest import SOLUTIONS, NotebookFailed, executed_solution, notebooks, read
+from conftest import SOLUTIONS, NotebookFailed, executed_solution, notebook_param, notebooks, read
 
 NEEDS = re.compile(r"S\.needs\(\s*\"(\w+)\"(?:\s*,\s*(?:count\s*=\s*)?(\d+))?\s*\)")
 
@@ -37,7 +37,8 @@ def test_the_gpu_and_tpu_cells_are_found():
     assert {what.split()[1] for _, _, what in CELLS} >= {"cuda", "tpu"}
 
 
-@pytest.mark.parametrize("notebook,index,what", CELLS, ids=[f"{n.split('/')[0]}[{i}]" for n, i, _ in CELLS])
+@pytest.mark.parametrize("notebook,index,what", [notebook_param(SOLUTIONS / n, n, i, w) for n, i, w in CELLS],
+                         ids=[f"{n.split('/')[0]}[{i}]" for n, i, _ in CELLS])
 def test_accelerator_cell(notebook, index, what):
     try:
         cell = executed_solution(SOLUTIONS / notebook).cells[index]

@@ -27,6 +27,8 @@ import pytest
 import sandbox
 from conftest import ROOT
 
+pytestmark = pytest.mark.slow  # starts isolated sandboxes, as root and as nobody: `make test`, not `make test-fast`
+
 ISOLATION = sandbox.probe()
 REQUIRED = os.environ.get("GPUCOURSE_REQUIRE_ISOLATION") == "1"
 

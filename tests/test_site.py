@@ -25,6 +25,8 @@ from test_release import MARKERS, _hidden_lines, _lines
 sys.path.insert(0, str(ROOT / "book"))
 import make_book  # noqa: E402
 
+pytestmark = pytest.mark.slow  # builds the Jupyter Book from every executed lesson: `make test`, not `make test-fast`
+
 LESSONS = make_book.lessons()
 
 

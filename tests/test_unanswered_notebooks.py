@@ -12,6 +12,8 @@ from nbclient import NotebookClient
 
 from conftest import COURSE, nbgrader_meta, notebooks, read
 
+pytestmark = pytest.mark.slow  # runs every released notebook unanswered: `make test`, not `make test-fast`
+
 TRACEBACK = "Traceback (most recent call last)"
 
 
