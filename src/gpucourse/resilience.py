@@ -32,11 +32,29 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from gpucourse.launch import init_process_group, read_rank_reports, torchrun
+from gpucourse.launch import read_rank_reports, torchrun
 from gpucourse.sharding import IN_FEATURES, OUT_FEATURES, lesson_model
 
 GLOBAL_ROWS = 12  # divisible by 1, 2, 3 and 4 ranks: every rank's slice has the same size
 POINTER = "LATEST"  # written by rank 0 once a checkpoint is complete: the training script's way to find it
+
+
+def init_attempt_process_group():
+    """``init_process_group`` (gloo) whose keys carry this attempt's number. torchrun's agent keeps one
+    key-value store for every attempt of a launch; a restarted gloo group that reads the addresses the
+    dead processes left there fails to connect ("Connection refused"), so each attempt uses its own prefix."""
+    import torch.distributed as dist
+    from datetime import timedelta
+
+    from gpucourse.launch import COLLECTIVE_TIMEOUT
+
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    agent_hosts = os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"  # else rank 0 hosts the store
+    store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world,
+                          is_master=not agent_hosts and rank == 0, timeout=timedelta(seconds=60))
+    attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+    dist.init_process_group("gloo", store=dist.PrefixStore(f"attempt_{attempt}", store), rank=rank,
+                            world_size=world, timeout=COLLECTIVE_TIMEOUT)
 
 
 def sharded_model(width: int, depth: int, seed: int = 0):
@@ -247,7 +265,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("start this with torchrun: it needs RANK, WORLD_SIZE and MASTER_ADDR from it")
     import torch.distributed as dist
 
-    init_process_group()
+    init_attempt_process_group()
     args.out.mkdir(parents=True, exist_ok=True)
     args.ckpt.mkdir(parents=True, exist_ok=True)
     if args.demo == "save":
