@@ -25,10 +25,16 @@ def test_dcp_checkpoint_from_2_ranks_loads_on_1_and_3_ranks_and_training_goes_on
         parameters = len(saved[0]["weights_saved"])
         assert parameters == sum(p.numel() for p in H.lesson_model(32, 3).parameters())
         # the old way: rank 0 held every parameter whole (float64) and wrote the file; rank 1 held nothing
-        assert saved[0]["old_way"]["bytes_held"] == 8 * parameters and saved[0]["old_way"]["file_bytes"] > 8 * parameters
+        # (every parameter and both Adam moments in float64, and one float32 step count per parameter tensor)
+        assert saved[0]["old_way"]["bytes_held"] == 3 * 8 * parameters + 8 * 4
+        assert saved[0]["old_way"]["file_bytes"] > 3 * 8 * parameters
         assert saved[1]["old_way"]["bytes_held"] == 0 and saved[1]["old_way"]["file_bytes"] == 0
-        # each rank's data file holds about half the parameters and both of Adam's moments: 3 x 8 bytes each
-        assert all(8 * parameters < files[f"__{r}_0.distcp"] < 3 * 8 * parameters for r in (0, 1))
+        # the data files hold every parameter and both of Adam's moments once (3 x 8 bytes each), plus headers
+        assert 3 * 8 * parameters < files["__0_0.distcp"] + files["__1_0.distcp"] < 3 * 8 * parameters + 200_000
+        items = saved[0]["items"]
+        assert set(items) == {"__0_0.distcp", "__1_0.distcp"}
+        assert all(items[f]["model_shards"] == 8 for f in items)  # 4 Linear layers: a shard of each weight and bias
+        assert sum(items[f]["bytes"] for f in items) == files["__0_0.distcp"] + files["__1_0.distcp"]
         for nproc in (1, 3):
             loaded, _ = H.run("load", nproc=nproc, ckpt=ckpt, width=32, steps=3, more=2)
             assert [r["rank"] for r in loaded] == list(range(nproc))

@@ -126,30 +126,68 @@ def files_written(folder) -> dict[str, int]:
     return {p.name: p.stat().st_size for p in sorted(Path(folder).iterdir()) if p.is_file()}
 
 
+def items_by_file(folder) -> dict[str, dict]:
+    """What ``.metadata`` says each data file holds: its number of items (a tensor shard, or a value such as
+    an optimizer setting), their bytes, and how many of them are the model's parameter shards."""
+    from torch.distributed.checkpoint import FileSystemReader
+
+    found: dict[str, dict] = {}
+    for index, info in FileSystemReader(str(folder)).read_metadata().storage_data.items():
+        entry = found.setdefault(info.relative_path, {"items": 0, "bytes": 0, "model_shards": 0, "other": 0})
+        entry["items"] += 1
+        entry["bytes"] += info.length
+        if index.fqn.startswith("model."):
+            entry["model_shards"] += 1
+        elif index.offset is None:  # not a tensor: written once, by one rank
+            entry["other"] += 1
+    return dict(sorted(found.items()))
+
+
+def full_state_on_rank0(model, optimizer) -> dict:
+    """The old form: model and optimizer state gathered whole, copied to CPU, on rank 0 only (the other
+    ranks get empty dicts). A collective: every rank calls it."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict
+
+    model_state, optimizer_state = get_state_dict(
+        model, optimizer, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+    return {"model": model_state, "optimizer": optimizer_state}
+
+
+def tensor_bytes(tree) -> int:
+    """Bytes of every tensor in a nested state dict."""
+    if torch.is_tensor(tree):
+        return tree.numel() * tree.element_size()
+    if isinstance(tree, dict):
+        return sum(tensor_bytes(v) for v in tree.values())
+    if isinstance(tree, (list, tuple)):
+        return sum(tensor_bytes(v) for v in tree)
+    return 0
+
+
 def save_demo(ckpt: Path, width: int, depth: int, steps: int, more: int) -> dict:
     """Train ``steps`` steps, save with DCP and the old way, train ``more`` steps; what each rank saw."""
     import torch.distributed as dist
-    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
     model, optimizer = sharded_model(width, depth)
     for step in range(steps):
         train_step(model, optimizer, step)
     seconds = save_checkpoint(model, optimizer, ckpt, steps)
     saved = full_weights(model)
-    # the old way: every parameter gathered whole onto rank 0 (full_state_dict), which alone torch.saves it
+    # the old way: model and optimizer state gathered whole onto rank 0 (full_state_dict), which alone saves it
     start = time.perf_counter()
-    full = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+    full = full_state_on_rank0(model, optimizer)
     old_bytes = 0
     if dist.get_rank() == 0:
-        torch.save(full, ckpt.parent / "full_model.pt")
-        old_bytes = (ckpt.parent / "full_model.pt").stat().st_size
+        torch.save(full, ckpt.parent / "full_state.pt")
+        old_bytes = (ckpt.parent / "full_state.pt").stat().st_size
     old_seconds = time.perf_counter() - start
-    held = sum(t.numel() * t.element_size() for t in full.values())  # what this rank held to write it
+    held = tensor_bytes(full)  # what this rank held to write it
     for step in range(steps, steps + more):
         train_step(model, optimizer, step)
     dist.barrier()
     return {"dcp_seconds": seconds, "weights_saved": saved, "weights_after_more": full_weights(model),
             "files": files_written(ckpt) if dist.get_rank() == 0 else {},
+            "items": items_by_file(ckpt) if dist.get_rank() == 0 else {},
             "old_way": {"seconds": old_seconds, "file_bytes": old_bytes, "bytes_held": held}}
 
 
@@ -211,7 +249,7 @@ def timing_demo(ckpt: Path, widths: list[int], depth: int) -> dict:
     write finished, and of the old gather-to-rank-0 ``torch.save``."""
     import torch.distributed as dist
     import torch.distributed.checkpoint as dcp
-    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict, get_state_dict
+    from torch.distributed.checkpoint.state_dict import get_state_dict
 
     checkpoint_group = dist.new_group(backend="gloo")  # async saves talk on a group of their own
     rows = []
@@ -230,7 +268,7 @@ def timing_demo(ckpt: Path, widths: list[int], depth: int) -> dict:
         finished = time.perf_counter() - start
         dist.barrier()
         start = time.perf_counter()
-        full = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+        full = full_state_on_rank0(model, optimizer)
         if dist.get_rank() == 0:
             torch.save(full, ckpt / f"w{width}_full.pt")
         dist.barrier()
@@ -330,7 +368,7 @@ def plot_save_times(rows: list[dict], hardware: str, world_size: int):
     for key, label, marker in [("blocking_seconds", "dcp.save (blocking)", "o"),
                                ("async_returned_seconds", "dcp.async_save: until it returns", "v"),
                                ("async_finished_seconds", "dcp.async_save: until written", "^"),
-                               ("full_state_seconds", "full state to rank 0 + torch.save (old)", "s")]:
+                               ("full_state_seconds", "full state gathered to rank 0 + torch.save (old)", "s")]:
         ax.plot(mib, [r[key] for r in rows], marker=marker, label=label)
     ax.set_xscale("log")
     ax.set_yscale("log")
