@@ -41,8 +41,8 @@ POINTER = "LATEST"  # written by rank 0 once a checkpoint is complete: the train
 
 def init_attempt_process_group():
     """``init_process_group`` (gloo) whose keys carry this attempt's number. torchrun's agent keeps one
-    key-value store for every attempt of a launch; a restarted gloo group that reads the addresses the
-    dead processes left there fails to connect ("Connection refused"), so each attempt uses its own prefix."""
+    key-value store for every attempt of a launch; without a prefix a restarted gloo group here often failed
+    to connect ("Connection refused"), most likely reading the addresses the dead processes had left there."""
     import torch.distributed as dist
     from datetime import timedelta
 
