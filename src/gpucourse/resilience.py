@@ -1,0 +1,384 @@
+"""Checkpoints and restarts: distributed checkpoints (DCP), resharding on load, a rank that dies. Taught in lesson 16.
+
+Everything here runs as ranks of ``torchrun`` (gloo between CPU processes, as lesson 13), each writing
+``rank<N>.json``; ``run`` starts a demo from the notebook:
+
+    torchrun --standalone --nproc-per-node=2 -m gpucourse.resilience save --ckpt DIR --out DIR
+
+- ``save``: the lesson's model sharded with FSDP2 (``fully_shard``) and Adam, trained a few steps, saved
+  with ``torch.distributed.checkpoint.save`` (each rank writes its own shards, rank 0 adds ``.metadata``),
+  and, for comparison, the old way: the full state gathered on rank 0 and ``torch.save``d; then trained on;
+- ``load``: a fresh model on any number of ranks loads that checkpoint (DCP reshards on load), reports the
+  full weights and trains on the same global batches;
+- ``train``: a training loop that checkpoints every ``--every`` steps and resumes from the last complete
+  checkpoint; with ``--fail-rank``/``--fail-at`` that rank raises at that step on torchrun's first attempt
+  only (``TORCHELASTIC_RESTART_COUNT == 0``), and ``torchrun --max-restarts=1`` restarts every rank;
+- ``timing``: save time against model size, blocking ``dcp.save`` against ``dcp.async_save`` (the time the
+  training loop waits) and the old full-state ``torch.save`` on rank 0.
+
+Every batch is one global batch of ``GLOBAL_ROWS`` rows cut into equal slices per rank, so a run on 1, 2, 3 or
+4 ranks computes the same mean gradient: the weights after a resumed run can be compared across world sizes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from gpucourse.launch import read_rank_reports, torchrun
+from gpucourse.sharding import IN_FEATURES, OUT_FEATURES, lesson_model
+
+GLOBAL_ROWS = 12  # divisible by 1, 2, 3 and 4 ranks: every rank's slice has the same size
+POINTER = "LATEST"  # written by rank 0 once a checkpoint is complete: the training script's way to find it
+
+
+def init_attempt_process_group():
+    """``init_process_group`` (gloo) whose keys carry this attempt's number. torchrun's agent keeps one
+    key-value store for every attempt of a launch; without a prefix a restarted gloo group here often failed
+    to connect ("Connection refused"), most likely reading the addresses the dead processes had left there."""
+    import torch.distributed as dist
+    from datetime import timedelta
+
+    from gpucourse.launch import COLLECTIVE_TIMEOUT
+
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    agent_hosts = os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"  # else rank 0 hosts the store
+    store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world,
+                          is_master=not agent_hosts and rank == 0, timeout=timedelta(seconds=60))
+    attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+    dist.init_process_group("gloo", store=dist.PrefixStore(f"attempt_{attempt}", store), rank=rank,
+                            world_size=world, timeout=COLLECTIVE_TIMEOUT)
+
+
+def sharded_model(width: int, depth: int, seed: int = 0):
+    """The lesson's MLP (lesson 13's) in float64, every Linear sharded with FSDP2 over all ranks, and Adam."""
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    model = lesson_model(width, depth, seed).to(torch.float64)
+    mesh = init_device_mesh("cpu", (dist.get_world_size(),))
+    for layer in model:
+        if isinstance(layer, nn.Linear):
+            fully_shard(layer, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+    return model, torch.optim.Adam(model.parameters(), lr=1e-3)
+
+
+def global_batch(step: int, seed: int = 0):
+    """Step ``step``'s whole batch ``(x, y)``, the same whatever the number of ranks."""
+    g = torch.Generator().manual_seed(seed * 1_000_003 + step)
+    return (torch.randn(GLOBAL_ROWS, IN_FEATURES, generator=g, dtype=torch.float64),
+            torch.randn(GLOBAL_ROWS, OUT_FEATURES, generator=g, dtype=torch.float64))
+
+
+def train_step(model, optimizer, step: int) -> float:
+    """One step on this rank's equal slice of the global batch; FSDP2 averages the gradients over the ranks."""
+    import torch.distributed as dist
+
+    x, y = global_batch(step)
+    rows = slice(dist.get_rank() * GLOBAL_ROWS // dist.get_world_size(),
+                 (dist.get_rank() + 1) * GLOBAL_ROWS // dist.get_world_size())
+    optimizer.zero_grad()
+    loss = nn.functional.mse_loss(model(x[rows]), y[rows])
+    loss.backward()
+    optimizer.step()
+    return float(loss)
+
+
+def full_weights(model) -> list[float]:
+    """Every parameter whole (a collective: every rank must call it), flattened in order."""
+    return torch.cat([p.full_tensor().detach().reshape(-1) for p in model.parameters()]).tolist()
+
+
+def save_checkpoint(model, optimizer, folder, step: int) -> float:
+    """``dcp.save`` of model and optimizer (each rank its shards) plus the step; seconds it took."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_state_dict
+
+    start = time.perf_counter()
+    model_state, optimizer_state = get_state_dict(model, optimizer)  # sharded: DTensors, this rank's part
+    dcp.save({"model": model_state, "optimizer": optimizer_state, "step": step}, checkpoint_id=str(folder))
+    return time.perf_counter() - start
+
+
+def load_checkpoint(model, optimizer, folder) -> int:
+    """Load ``folder`` into this (already sharded) model and optimizer, in place; the step it was saved at."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+
+    model_state, optimizer_state = get_state_dict(model, optimizer)  # the shapes and shards DCP fills
+    state = {"model": model_state, "optimizer": optimizer_state, "step": -1}
+    dcp.load(state, checkpoint_id=str(folder))  # reshards: the saved world size need not be this one
+    set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optimizer"])
+    return int(state["step"])
+
+
+def files_written(folder) -> dict[str, int]:
+    """The checkpoint's files and their sizes in bytes."""
+    return {p.name: p.stat().st_size for p in sorted(Path(folder).iterdir()) if p.is_file()}
+
+
+def items_by_file(folder) -> dict[str, dict]:
+    """What ``.metadata`` says each data file holds: its number of items (a tensor shard, or a value such as
+    an optimizer setting), their bytes, and how many of them are the model's parameter shards."""
+    from torch.distributed.checkpoint import FileSystemReader
+
+    found: dict[str, dict] = {}
+    for index, info in FileSystemReader(str(folder)).read_metadata().storage_data.items():
+        entry = found.setdefault(info.relative_path, {"items": 0, "bytes": 0, "model_shards": 0, "other": 0})
+        entry["items"] += 1
+        entry["bytes"] += info.length
+        if index.fqn.startswith("model."):
+            entry["model_shards"] += 1
+        elif index.offset is None:  # not a tensor: written once, by one rank
+            entry["other"] += 1
+    return dict(sorted(found.items()))
+
+
+def full_state_on_rank0(model, optimizer) -> dict:
+    """The old form: model and optimizer state gathered whole, copied to CPU, on rank 0 only (the other
+    ranks get empty dicts). A collective: every rank calls it."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict
+
+    model_state, optimizer_state = get_state_dict(
+        model, optimizer, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+    return {"model": model_state, "optimizer": optimizer_state}
+
+
+def tensor_bytes(tree) -> int:
+    """Bytes of every tensor in a nested state dict."""
+    if torch.is_tensor(tree):
+        return tree.numel() * tree.element_size()
+    if isinstance(tree, dict):
+        return sum(tensor_bytes(v) for v in tree.values())
+    if isinstance(tree, (list, tuple)):
+        return sum(tensor_bytes(v) for v in tree)
+    return 0
+
+
+def save_demo(ckpt: Path, width: int, depth: int, steps: int, more: int) -> dict:
+    """Train ``steps`` steps, save with DCP and the old way, train ``more`` steps; what each rank saw."""
+    import torch.distributed as dist
+
+    model, optimizer = sharded_model(width, depth)
+    for step in range(steps):
+        train_step(model, optimizer, step)
+    seconds = save_checkpoint(model, optimizer, ckpt, steps)
+    saved = full_weights(model)
+    # the old way: model and optimizer state gathered whole onto rank 0 (full_state_dict), which alone saves it
+    start = time.perf_counter()
+    full = full_state_on_rank0(model, optimizer)
+    old_bytes = 0
+    if dist.get_rank() == 0:
+        torch.save(full, ckpt.parent / "full_state.pt")
+        old_bytes = (ckpt.parent / "full_state.pt").stat().st_size
+    old_seconds = time.perf_counter() - start
+    held = tensor_bytes(full)  # what this rank held to write it
+    for step in range(steps, steps + more):
+        train_step(model, optimizer, step)
+    dist.barrier()
+    return {"dcp_seconds": seconds, "weights_saved": saved, "weights_after_more": full_weights(model),
+            "files": files_written(ckpt) if dist.get_rank() == 0 else {},
+            "items": items_by_file(ckpt) if dist.get_rank() == 0 else {},
+            "old_way": {"seconds": old_seconds, "file_bytes": old_bytes, "bytes_held": held}}
+
+
+def load_demo(ckpt: Path, width: int, depth: int, steps: int, more: int) -> dict:
+    """A fresh sharded model and optimizer on this world size load ``ckpt``, then train ``more`` steps."""
+    model, optimizer = sharded_model(width, depth, seed=1)  # other weights: only the load can make them equal
+    step = load_checkpoint(model, optimizer, ckpt)
+    loaded = full_weights(model)
+    for s in range(step, step + more):
+        train_step(model, optimizer, s)
+    local = sum(p.to_local().numel() for p in model.parameters())
+    return {"step": step, "weights_loaded": loaded, "weights_after_more": full_weights(model),
+            "local_parameters": local}
+
+
+def latest_pointer(root: Path):
+    """The checkpoint folder ``LATEST`` names, if any (rank 0 writes it only after a save has completed)."""
+    pointer = root / POINTER
+    return root / pointer.read_text().strip() if pointer.exists() else None
+
+
+def train_demo(ckpt: Path, out: Path, width: int, depth: int, steps: int, every: int,
+               fail_rank: int, fail_at: int) -> dict:
+    """The resumable training loop. Each attempt logs its events (``events_rank<R>_attempt<A>.json``)."""
+    import torch.distributed as dist
+
+    rank, attempt = dist.get_rank(), int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
+    events, log = [], out / f"events_rank{rank}_attempt{attempt}.json"
+
+    def note(kind, step, **extra):  # perf_counter: one clock for every process of this machine
+        events.append({"event": kind, "step": step, "t": time.perf_counter(), **extra})
+        log.write_text(json.dumps(events))
+
+    note("started", None)
+    model, optimizer = sharded_model(width, depth)
+    start, found = 0, latest_pointer(ckpt)
+    if found is not None:
+        start = load_checkpoint(model, optimizer, found)
+    note("resumed", start, checkpoint=found.name if found else None)
+    for step in range(start, steps):
+        if step == fail_at and rank == fail_rank and attempt == 0:
+            note("failed", step)
+            raise RuntimeError(f"rank {rank} fails at step {step} (a simulated crash, first attempt only)")
+        train_step(model, optimizer, step)
+        note("step", step + 1)
+        if (step + 1) % every == 0 and step + 1 < steps:
+            folder = ckpt / f"step_{step + 1}"
+            seconds = save_checkpoint(model, optimizer, folder, step + 1)
+            if rank == 0:  # after dcp.save returned on every rank: .metadata is written, the checkpoint complete
+                (ckpt / (POINTER + ".tmp")).write_text(folder.name)
+                os.replace(ckpt / (POINTER + ".tmp"), ckpt / POINTER)  # atomic: never a half-written pointer
+            dist.barrier()
+            note("saved", step + 1, seconds=seconds)
+    return {"attempt": attempt, "weights": full_weights(model)}
+
+
+def timing_demo(ckpt: Path, widths: list[int], depth: int) -> dict:
+    """Per width: seconds of a blocking ``dcp.save``, of ``dcp.async_save`` until it returns and until its
+    write finished, and of the old gather-to-rank-0 ``torch.save``."""
+    import torch.distributed as dist
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_state_dict
+
+    checkpoint_group = dist.new_group(backend="gloo")  # async saves talk on a group of their own
+    rows = []
+    for width in widths:
+        model, optimizer = sharded_model(width, depth)
+        train_step(model, optimizer, 0)
+        dist.barrier()
+        blocking = save_checkpoint(model, optimizer, ckpt / f"w{width}_blocking", 1)
+        dist.barrier()
+        model_state, optimizer_state = get_state_dict(model, optimizer)
+        start = time.perf_counter()
+        future = dcp.async_save({"model": model_state, "optimizer": optimizer_state},
+                                checkpoint_id=str(ckpt / f"w{width}_async"), process_group=checkpoint_group)
+        returned = time.perf_counter() - start  # the training loop could go on from here
+        future.result()
+        finished = time.perf_counter() - start
+        dist.barrier()
+        start = time.perf_counter()
+        full = full_state_on_rank0(model, optimizer)
+        if dist.get_rank() == 0:
+            torch.save(full, ckpt / f"w{width}_full.pt")
+        dist.barrier()
+        old = time.perf_counter() - start
+        parameters = sum(p.numel() for p in lesson_model(width, depth).parameters())
+        rows.append({"width": width, "parameters": parameters, "blocking_seconds": blocking,
+                     "async_returned_seconds": returned, "async_finished_seconds": finished,
+                     "full_state_seconds": old,
+                     "dcp_bytes": sum(files_written(ckpt / f"w{width}_blocking").values())})
+    return {"rows": rows}
+
+
+DEMOS = {"save", "load", "train", "timing"}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Lesson 16's demonstrations, one rank each; start with torchrun "
+                                                 "(python -m torch.distributed.run --nproc-per-node=N -m gpucourse.resilience DEMO ...).")
+    parser.add_argument("demo", choices=sorted(DEMOS))
+    parser.add_argument("--out", type=Path, required=True, help="folder for rank<N>.json")
+    parser.add_argument("--ckpt", type=Path, required=True, help="the checkpoint folder (save, load) or root (train)")
+    parser.add_argument("--width", type=int, default=256)
+    parser.add_argument("--widths", type=str, default="64,256", help="timing: comma-separated widths")
+    parser.add_argument("--depth", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=4)
+    parser.add_argument("--more", type=int, default=3)
+    parser.add_argument("--every", type=int, default=3)
+    parser.add_argument("--fail-rank", type=int, default=-1)
+    parser.add_argument("--fail-at", type=int, default=-1)
+    args = parser.parse_args(argv)
+    if "RANK" not in os.environ:
+        parser.error("start this with torchrun: it needs RANK, WORLD_SIZE and MASTER_ADDR from it")
+    import torch.distributed as dist
+
+    init_attempt_process_group()
+    args.out.mkdir(parents=True, exist_ok=True)
+    args.ckpt.mkdir(parents=True, exist_ok=True)
+    if args.demo == "save":
+        report = save_demo(args.ckpt, args.width, args.depth, args.steps, args.more)
+    elif args.demo == "load":
+        report = load_demo(args.ckpt, args.width, args.depth, args.steps, args.more)
+    elif args.demo == "train":
+        report = train_demo(args.ckpt, args.out, args.width, args.depth, args.steps, args.every,
+                            args.fail_rank, args.fail_at)
+    else:
+        report = timing_demo(args.ckpt, [int(w) for w in args.widths.split(",")], args.depth)
+    report.update(rank=dist.get_rank(), world_size=dist.get_world_size())
+    (args.out / f"rank{dist.get_rank()}.json").write_text(json.dumps(report))
+    dist.destroy_process_group()
+    return 0
+
+
+def run(demo: str, nproc: int, ckpt, out=None, timeout: float = 300, max_restarts: int = 0, **options):
+    """Launch ``demo`` on ``nproc`` ranks (``torchrun --max-restarts``) with checkpoints under ``ckpt``;
+    every rank's report in rank order, and the launch (its wall time, its output). Raises with the output's
+    tail if the launch failed. ``out``: where the ranks write (a temporary folder when None)."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="gpucourse-resilience-") as scratch:
+        out = Path(out or scratch)
+        flags = [f"--{k.replace('_', '-')}={v}" for k, v in options.items()]
+        launch = torchrun([f"--max-restarts={max_restarts}", "-m", "gpucourse.resilience", demo, "--out", str(out),
+                           "--ckpt", str(ckpt), *flags], nproc=nproc, timeout=timeout)
+        if launch.returncode != 0:
+            raise RuntimeError(f"{demo} on {nproc} ranks failed (exit {launch.returncode}):\n{launch.output[-12000:]}")
+        return list(read_rank_reports(out).values()), launch
+
+
+def read_events(out) -> list[dict]:
+    """Every event the ranks of a ``train`` launch logged, each with its rank and attempt, in time order."""
+    events = []
+    for path in Path(out).glob("events_rank*_attempt*.json"):
+        rank, attempt = (int(part) for part in path.stem.replace("events_rank", "").split("_attempt"))
+        events += [{**e, "rank": rank, "attempt": attempt} for e in json.loads(path.read_text())]
+    return sorted(events, key=lambda e: e["t"])
+
+
+def restart_cost(events: list[dict]) -> dict:
+    """From a failed-and-restarted ``train`` launch's events: the seconds from the failure until every rank
+    of the second attempt had resumed, the step it resumed from and the steps done twice."""
+    failed = next(e for e in events if e["event"] == "failed")
+    last = max(e["attempt"] for e in events)  # the attempt that finished (a restart may itself be retried)
+    resumed = [e for e in events if e["event"] == "resumed" and e["attempt"] == last]
+    reached = max(e["step"] for e in events if e["event"] == "step" and e["attempt"] == 0 and e["rank"] == failed["rank"])
+    return {"failed_at": failed["step"], "resumed_from": resumed[0]["step"],
+            "seconds_to_resume": max(e["t"] for e in resumed) - failed["t"],
+            "steps_redone": reached - resumed[0]["step"], "attempts": last + 1}
+
+
+def plot_save_times(rows: list[dict], hardware: str, world_size: int):
+    """Seconds a save costs the training loop against the model's bytes: blocking DCP, async DCP (until it
+    returns, and until written) and the old full state gathered on rank 0."""
+    import matplotlib.pyplot as plt
+
+    mib = [r["dcp_bytes"] / 2**20 for r in rows]
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for key, label, marker in [("blocking_seconds", "dcp.save (blocking)", "o"),
+                               ("async_returned_seconds", "dcp.async_save: until it returns", "v"),
+                               ("async_finished_seconds", "dcp.async_save: until written", "^"),
+                               ("full_state_seconds", "full state gathered to rank 0 + torch.save (old)", "s")]:
+        ax.plot(mib, [r[key] for r in rows], marker=marker, label=label)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("checkpoint size, model + Adam state (MiB, float64)")
+    ax.set_ylabel("time (s)")
+    ax.set_title(f"Checkpoint save time, {world_size} gloo processes, measured on {hardware}", fontsize=9)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+if __name__ == "__main__":
+    sys.exit(main())

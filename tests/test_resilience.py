@@ -1,0 +1,153 @@
+"""Lesson 16's helpers (gpucourse.resilience) and the judges of its exercises (gpucourse.checks.lesson16): a DCP
+checkpoint saved on 2 gloo processes loads on 1 and 3, a rank that fails under torchrun --max-restarts resumes to
+the uninterrupted run's weights, the save-time figure; the judges on answers written here."""
+
+from __future__ import annotations
+
+import math
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from gpucourse import resilience as H
+from gpucourse.checks import lesson16 as L
+
+
+def test_dcp_checkpoint_from_2_ranks_loads_on_1_and_3_ranks_and_training_goes_on():
+    with tempfile.TemporaryDirectory(prefix="test-resilience-") as folder:
+        ckpt = Path(folder) / "step_3"
+        saved, _ = H.run("save", nproc=2, ckpt=ckpt, width=32, steps=3, more=2)
+        files = saved[0]["files"]
+        assert set(files) == {".metadata", "__0_0.distcp", "__1_0.distcp"}, files  # one data file per rank
+        assert saved[1]["files"] == {}  # listed by rank 0 only
+        assert saved[0]["weights_saved"] == saved[1]["weights_saved"]
+        parameters = len(saved[0]["weights_saved"])
+        assert parameters == sum(p.numel() for p in H.lesson_model(32, 3).parameters())
+        # the old way: rank 0 held every parameter whole (float64) and wrote the file; rank 1 held nothing
+        # (every parameter and both Adam moments in float64, and one float32 step count per parameter tensor)
+        assert saved[0]["old_way"]["bytes_held"] == 3 * 8 * parameters + 8 * 4
+        assert saved[0]["old_way"]["file_bytes"] > 3 * 8 * parameters
+        assert saved[1]["old_way"]["bytes_held"] == 0 and saved[1]["old_way"]["file_bytes"] == 0
+        # the data files hold every parameter and both of Adam's moments once (3 x 8 bytes each), plus headers
+        assert 3 * 8 * parameters < files["__0_0.distcp"] + files["__1_0.distcp"] < 3 * 8 * parameters + 200_000
+        items = saved[0]["items"]
+        assert set(items) == {"__0_0.distcp", "__1_0.distcp"}
+        assert all(items[f]["model_shards"] == 8 for f in items)  # 4 Linear layers: a shard of each weight and bias
+        assert sum(items[f]["bytes"] for f in items) == files["__0_0.distcp"] + files["__1_0.distcp"]
+        for nproc in (1, 3):
+            loaded, _ = H.run("load", nproc=nproc, ckpt=ckpt, width=32, steps=3, more=2)
+            assert [r["rank"] for r in loaded] == list(range(nproc))
+            assert sum(r["local_parameters"] for r in loaded) >= parameters
+            for r in loaded:
+                assert r["step"] == 3
+                assert r["weights_loaded"] == saved[0]["weights_saved"]  # bit for bit, resharded
+                gap = max(abs(a - b) for a, b in zip(r["weights_after_more"], saved[0]["weights_after_more"]))
+                assert gap < 1e-12  # float64: only the order of the gradient sums differs
+        assert list(Path(folder).iterdir())  # written where asked (removed with the folder)
+
+
+def test_loading_without_the_optimizer_state_would_show():
+    """The load really restores Adam's state: a model that only loads the weights trains to other weights."""
+    with tempfile.TemporaryDirectory(prefix="test-resilience-") as folder:
+        saved, _ = H.run("save", nproc=2, ckpt=Path(folder) / "c", width=16, steps=3, more=2)
+        loaded, _ = H.run("load", nproc=2, ckpt=Path(folder) / "c", width=16, steps=3, more=2)
+        assert loaded[0]["weights_after_more"] == saved[0]["weights_after_more"]  # same world size: bit for bit
+        assert loaded[0]["weights_after_more"] != loaded[0]["weights_loaded"]  # and it did train
+
+
+def test_a_rank_failing_once_is_restarted_and_ends_with_the_uninterrupted_weights():
+    with tempfile.TemporaryDirectory(prefix="test-resilience-") as folder:
+        root = Path(folder)
+        clean, _ = H.run("train", nproc=2, ckpt=root / "clean", width=16, steps=7, every=3)
+        (root / "events").mkdir()
+        resumed, launch = H.run("train", nproc=2, ckpt=root / "failing", out=root / "events", max_restarts=1,
+                                width=16, steps=7, every=3, fail_rank=1, fail_at=5)
+        assert "fails at step 5" in launch.output  # the failure happened, torchrun reported it
+        assert [r["weights"] for r in resumed] == [r["weights"] for r in clean]  # bit for bit, on every rank
+        assert all(r["attempt"] >= 1 for r in resumed) and clean[0]["attempt"] == 0
+        events = H.read_events(root / "events")
+        restarted = {e["rank"] for e in events if e["event"] == "started" and e["attempt"] >= 1}
+        assert restarted == {0, 1}  # every rank, not only the one that failed
+        cost = H.restart_cost(events)
+        assert cost["failed_at"] == 5 and cost["resumed_from"] == 3 and cost["steps_redone"] == 2
+        assert cost["seconds_to_resume"] > 0
+        assert sorted(p.name for p in (root / "failing").iterdir()) == ["LATEST", "step_3", "step_6"]
+        assert all((root / "failing" / s / ".metadata").is_file() for s in ("step_3", "step_6"))
+
+
+def test_save_time_figure_has_title_labels_and_hardware():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = [{"width": w, "parameters": 10 * w, "dcp_bytes": 2**20 * w, "blocking_seconds": 0.01 * w,
+             "async_returned_seconds": 0.002 * w, "async_finished_seconds": 0.012 * w, "full_state_seconds": 0.02 * w}
+            for w in (1, 4, 16)]
+    fig = H.plot_save_times(rows, "a test CPU", world_size=2)
+    ax = fig.axes[0]
+    assert "a test CPU" in ax.get_title() and "2 gloo processes" in ax.get_title()
+    assert "(MiB" in ax.get_xlabel() and "(s)" in ax.get_ylabel()
+    assert len(ax.get_lines()) == 4
+    plt.close(fig)
+
+
+def test_save_timing_demo_reports_every_width():
+    with tempfile.TemporaryDirectory(prefix="test-resilience-") as folder:
+        timing, _ = H.run("timing", nproc=2, ckpt=Path(folder), widths="16,64", depth=2)
+        rows = timing[0]["rows"]
+        assert [r["width"] for r in rows] == [16, 64]
+        assert rows[0]["dcp_bytes"] < rows[1]["dcp_bytes"]
+        for r in rows:
+            assert 0 < r["async_returned_seconds"] <= r["async_finished_seconds"]
+            assert r["blocking_seconds"] > 0 and r["full_state_seconds"] > 0
+
+
+# --- the judges ------------------------------------------------------------------------------------------
+
+def _right(root):
+    import re
+
+    root = Path(root)
+    if not root.is_dir():
+        return None
+    found = [(int(m.group(1)), p) for p in root.iterdir()
+             if p.is_dir() and (m := re.fullmatch(r"step_(\d+)", p.name)) and (p / ".metadata").is_file()]
+    return max(found)[1] if found else None
+
+
+def test_layout_judge_accepts_the_rule_and_names_each_mistake():
+    assert L.judge_latest_checkpoints(L.observe_latest_checkpoints({"latest_complete_checkpoint": _right})) is None
+    as_text = lambda root: max((p for p in Path(root).glob("step_*") if (p / ".metadata").exists()),
+                               key=lambda p: p.name, default=None)
+    verdict = L.judge_latest_checkpoints(L.observe_latest_checkpoints({"latest_complete_checkpoint": as_text}))
+    assert "step_9" in verdict and "compare N as numbers" in verdict
+    relative = lambda root: "step_10"  # a bare name is not the folder's path
+    verdict = L.judge_latest_checkpoints(L.observe_latest_checkpoints({"latest_complete_checkpoint": relative}))
+    assert "not a folder directly under the root" in verdict
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_generated_layouts_separate_the_rule_from_its_mistakes(seed):
+    layout = L.generated_layout(seed)
+    want = L.expected_checkpoint(layout)
+    dirs = [e for e in layout if e[1] == "dir" and L.STEP_NAME.fullmatch(e[0])]
+    assert want and want != max(e[0] for e in dirs if e[2])  # not the largest as text
+    assert want != max(dirs, key=lambda e: int(e[0][5:]))[0]  # not the largest incomplete
+    assert want != min((e[3], e[0]) for e in dirs if e[2])[1]  # not the most recently modified
+    with tempfile.TemporaryDirectory() as root:
+        L.build_layout(root, layout)
+        assert Path(_right(root)).name == want
+
+
+def test_interval_judge_recomputes_young():
+    assert L.expected_interval(60, 86400, 2.0) == 1610
+    assert L.expected_interval(0.5, 100, 60) == 1
+    good = lambda c, m, s: max(1, math.floor(math.sqrt(2 * c * m) / s + 0.5))
+    assert L.judge_intervals(L.observe_intervals({"checkpoint_every": good})) is None
+    for grid_row in L.interval_grid(3):
+        ratio = math.sqrt(2 * grid_row[0] * grid_row[1]) / grid_row[2]
+        assert abs(ratio - math.floor(ratio) - 0.5) > 1e-3
+    floor = lambda c, m, s: max(1, int(math.sqrt(2 * c * m) / s))
+    assert "1609" in L.judge_intervals(L.observe_intervals({"checkpoint_every": floor}))
