@@ -149,7 +149,8 @@ def judge_bad(d):
         return "the inputs were changed while checking"
     for args, got in d["raised"]:
         if got != "ValueError":
-            return f"checkpoint_every{tuple(args)} must raise ValueError, but it {'raised ' + got if not got.startswith('returned') else got}"
+            what = got if got.startswith("returned") else "raised " + got
+            return f"checkpoint_every{tuple(args)} must raise ValueError, but it {what}"
     return judge_grid([[10, 3600, 1.0]])(d)
 
 
