@@ -74,63 +74,68 @@ def _buffers(collective: str, size_bytes: int, world: int, device="cpu"):
 def _issue(collective: str, source, target) -> None:
     import torch.distributed as dist
 
+    # torch 2.14 renamed the flat-buffer forms reduce_scatter_tensor and all_gather_into_tensor (both still
+    # work, with a FutureWarning) reduce_scatter_single and all_gather_single; older versions have only the former
     if collective == "all_reduce":
         dist.all_reduce(source)
     elif collective == "reduce_scatter":
-        dist.reduce_scatter_tensor(target, source)
+        (getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor)(target, source)
     elif collective == "all_gather":
-        dist.all_gather_into_tensor(target, source)
+        (getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor)(target, source)
     else:
         raise ValueError(f"unknown collective {collective!r}; one of {COLLECTIVES}")
 
 
-def _slowest(times: list[float]) -> list[float]:
-    """Per repetition, the slowest rank's time: a collective has finished only when every rank has."""
-    import torch.distributed as dist
+def _time_all(calls: list, repeats: int, warmup: int, device="cpu") -> list[list[float]]:
+    """Seconds of each of ``calls`` (functions issuing collectives), ``repeats`` times each. The calls take
+    turns, one repetition of each per round in a shuffled order (the same on every rank: seeded by the
+    round), so that a burst of load from other processes, or a slow call right after a large one, hits
+    them all alike; each repetition starts together on every rank (a barrier first). Per call, the
+    slowest rank's time of every repetition: a collective is over only when every rank is done."""
+    import random
 
-    found = torch.tensor(times, dtype=torch.float64)
-    if dist.get_backend() == "nccl":
-        found = found.cuda()
-    dist.all_reduce(found, op=dist.ReduceOp.MAX)
-    return found.tolist()
-
-
-def _time(calls, repeats: int, warmup: int, device="cpu") -> list[float]:
-    """Seconds of ``calls`` (a function issuing collectives), each repetition started together on
-    every rank (a barrier first); the slowest rank's time per repetition."""
     import torch.distributed as dist
 
     def done():  # gloo's CPU collectives have finished when they return; NCCL's run on a CUDA stream
         if torch.device(device).type == "cuda":
             torch.cuda.synchronize()
 
-    for _ in range(warmup):  # the first call of a size sets up the backend's buffers and connections
-        calls()
+    for call in calls:
+        for _ in range(warmup):  # the first calls of a size set up the backend's buffers and connections
+            call()
     done()
-    times = []
-    for _ in range(repeats):
-        dist.barrier()
-        done()
-        start = time.perf_counter()
-        calls()
-        done()
-        times.append(time.perf_counter() - start)
-    return _slowest(times)
+    times = torch.zeros(len(calls), repeats, dtype=torch.float64)
+    for round_ in range(repeats):
+        order = list(range(len(calls)))
+        random.Random(round_).shuffle(order)
+        for i in order:
+            call = calls[i]
+            dist.barrier()
+            done()
+            start = time.perf_counter()
+            call()
+            done()
+            times[i, round_] = time.perf_counter() - start
+    if dist.get_backend() == "nccl":
+        times = times.cuda()
+    dist.all_reduce(times, op=dist.ReduceOp.MAX)
+    return times.cpu().tolist()
 
 
-def sweep(sizes: list[int], repeats: int = 5, warmup: int = 1, device="cpu") -> dict:
+def sweep(sizes: list[int], repeats: int = 5, warmup: int = 2, device="cpu") -> dict:
     """One rank: every collective on every size (bytes of the whole buffer); per pair every repetition's
     time (the slowest rank's) and their median."""
     import torch.distributed as dist
 
     world = dist.get_world_size()
-    rows = []
-    for collective in COLLECTIVES:
-        for size in sizes:
-            source, target = _buffers(collective, size, world, device)
-            times = _time(lambda: _issue(collective, source, target), repeats, warmup, device)
-            rows.append({"collective": collective, "bytes": size, "times": times, "median": statistics.median(times)})
-    return {"rows": rows}
+    pairs = [(collective, size) for collective in COLLECTIVES for size in sizes]
+    calls = []
+    for collective, size in pairs:
+        source, target = _buffers(collective, size, world, device)
+        calls.append(lambda c=collective, s=source, t=target: _issue(c, s, t))
+    timed = _time_all(calls, repeats, warmup, device)
+    return {"rows": [{"collective": c, "bytes": size, "times": t, "median": statistics.median(t)}
+                     for (c, size), t in zip(pairs, timed)]}
 
 
 def layer_numels(width: int = 256, depth: int = 3) -> list[int]:
@@ -182,26 +187,26 @@ def step_plan(strategy: str, numels: list[int], world_size: int, bytes_per_elem:
 STRATEGIES = ("ddp", "zero1", "zero2", "zero3")
 
 
-def time_plans(widths: list[int], depth: int = 3, repeats: int = 5, warmup: int = 1, device="cpu") -> dict:
+def time_plans(widths: list[int], depth: int = 3, repeats: int = 5, warmup: int = 2, device="cpu") -> dict:
     """One rank: for each model width, each strategy's ``step_plan`` issued as one sequence, timed."""
     import torch.distributed as dist
 
     world = dist.get_world_size()
-    rows = []
+    items, calls = [], []
     for width in widths:
         numels = layer_numels(width, depth)
         for strategy in STRATEGIES:
             plan = step_plan(strategy, numels, world)
             buffers = [(collective, *_buffers(collective, size, world, device)) for collective, size in plan]
 
-            def calls(buffers=buffers):
+            def call(buffers=buffers):
                 for collective, source, target in buffers:
                     _issue(collective, source, target)
 
-            times = _time(calls, repeats, warmup, device)
-            rows.append({"width": width, "parameters": sum(numels), "strategy": strategy, "plan": plan,
-                         "times": times, "median": statistics.median(times)})
-    return {"rows": rows}
+            items.append({"width": width, "parameters": sum(numels), "strategy": strategy, "plan": plan})
+            calls.append(call)
+    timed = _time_all(calls, repeats, warmup, device)
+    return {"rows": [{**item, "times": t, "median": statistics.median(t)} for item, t in zip(items, timed)]}
 
 
 def predict(plan: list[tuple[str, int]], fits: dict) -> float:
