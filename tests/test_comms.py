@@ -120,10 +120,10 @@ def test_generated_fit_inputs_are_valid_and_seeded():
 
 
 def test_ring_bytes_per_rank():
-    assert L.expected_bytes("ddp", 1000, 4, 4) == 6000
-    assert L.expected_bytes("zero3", 1000, 4, 4) == 9000
-    assert L.expected_bytes("zero1", 1000, 4, 4) == L.expected_bytes("zero2", 1000, 4, 4) == 6000
-    assert L.expected_bytes("ddp", 10, 3, 2) == 32 and L.expected_bytes("ddp", 10, 1, 2) == 0
+    assert L.ring_bytes_per_rank("ddp", 1000, 4, 4) == 6000
+    assert L.ring_bytes_per_rank("zero3", 1000, 4, 4) == 9000
+    assert L.ring_bytes_per_rank("zero1", 1000, 4, 4) == L.ring_bytes_per_rank("zero2", 1000, 4, 4) == 6000
+    assert L.ring_bytes_per_rank("ddp", 10, 3, 2) == 32 and L.ring_bytes_per_rank("ddp", 10, 1, 2) == 0
 
 
 def test_the_public_judges_accept_the_reference_and_say_what_is_wrong():
@@ -139,10 +139,10 @@ def test_the_public_judges_accept_the_reference_and_say_what_is_wrong():
     assert L.judge_fits(L.observe_fits(ns)) is None and L.judge_fit_errors(L.observe_fits(ns)) is None
     ns = {"fit_alpha_beta": lambda n, t: reference_fit(n, t)[::-1]}  # (beta, alpha)
     assert "beta" in L.judge_fits(L.observe_fits(ns))
-    ns = {"comm_bytes_per_step": L.expected_bytes}
+    ns = {"comm_bytes_per_step": L.ring_bytes_per_rank}
     observed = L.observe_bytes(ns)
     assert L.judge_bytes(observed) is None
-    assert "must raise ValueError" in L.judge_bytes_errors(observed)  # expected_bytes does not validate
+    assert "must raise ValueError" in L.judge_bytes_errors(observed)  # ring_bytes_per_rank does not validate
     observed["results"][0][-1] += 1
     assert "returned 6001" in L.judge_bytes(observed)
 

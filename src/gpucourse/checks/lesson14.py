@@ -162,7 +162,7 @@ register("fit_alpha_beta",
 STRATEGY_PHASES = {"ddp": 2, "zero1": 2, "zero2": 2, "zero3": 3}  # ring phases of N - 1 chunks per step
 
 
-def expected_bytes(strategy: str, n_params: int, world_size: int, bytes_per_elem: int) -> int:
+def ring_bytes_per_rank(strategy: str, n_params: int, world_size: int, bytes_per_elem: int) -> int:
     """Ring collectives on the flat buffer padded to world_size * ceil(n_params / world_size) elements:
     each phase (a reduce-scatter, or an all-gather) sends world_size - 1 chunks of ceil(n_params /
     world_size) elements per rank; all-reduce is two phases. DDP, ZeRO-1 and ZeRO-2: two phases;
@@ -201,7 +201,7 @@ def observe_bytes(ns, inputs=None, bad=None):
 
 
 def judge_bytes(d, inputs=None):
-    from gpucourse.checks.lesson14 import BYTES_PUBLIC, expected_bytes
+    from gpucourse.checks.lesson14 import BYTES_PUBLIC, ring_bytes_per_rank
 
     inputs = BYTES_PUBLIC if inputs is None else inputs
     if [row[:4] for row in d["results"]] != [list(a) for a in inputs]:
@@ -210,7 +210,7 @@ def judge_bytes(d, inputs=None):
         call = f"comm_bytes_per_step({strategy!r}, {n_params}, {world}, {elem})"
         if isinstance(got, str):
             return f"{call} {got if got.startswith('raised') else 'returned ' + got}: return an int (bytes)"
-        want = expected_bytes(strategy, n_params, world, elem)
+        want = ring_bytes_per_rank(strategy, n_params, world, elem)
         if got != want:
             return f"{call} returned {got}; ring collectives on the padded buffer send {want} bytes per rank"
     return None
