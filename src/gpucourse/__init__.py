@@ -19,6 +19,8 @@ One module per lesson, each named for what it holds:
 - ``gpucourse.memory``: lesson 12, where the memory goes (storages, saved activations, checkpointing figures).
 - ``gpucourse.sharding``: lesson 13, sharded data parallel: ZeRO-1 by hand, ``ZeroRedundancyOptimizer``, FSDP2,
   tensor and pipeline parallelism (``torchrun ... -m gpucourse.sharding DEMO``).
+- ``gpucourse.comms``: lesson 14, the cost of communication: collectives timed against message size, DDP and
+  ZeRO step plans (``torchrun ... -m gpucourse.comms sweep|plans``).
 - ``gpucourse.resilience``: lesson 16, checkpoints and restarts: ``torch.distributed.checkpoint`` with FSDP2, loading on
   another number of ranks, a rank restarted by ``torchrun --max-restarts`` (``torchrun ... -m gpucourse.resilience DEMO``).
 - ``gpucourse.reference``: the measured GPU reference (H100) that GPU cells plot beside this machine's numbers.

@@ -1,0 +1,163 @@
+"""Lesson 14's helpers (gpucourse.comms) and the arithmetic its judges use (gpucourse.checks.lesson14):
+collectives timed on 2 gloo processes, the step plans of DDP and ZeRO, bus bandwidth, the figures; the
+judges' least-squares fit and ring byte counts on inputs whose answers are known."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import pytest  # noqa: E402
+
+from gpucourse import comms as C  # noqa: E402
+from gpucourse.checks import lesson14 as L  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def sweep():
+    return C.run("sweep", nproc=2, smallest=4096, largest=65536, repeats=2)
+
+
+def test_a_two_rank_sweep_times_every_collective_and_size_the_same_on_every_rank(sweep):
+    assert [r["rank"] for r in sweep] == [0, 1] and all(r["world_size"] == 2 for r in sweep)
+    assert all(r["backend"] == "gloo" for r in sweep)
+    rows = sweep[0]["rows"]
+    assert [(r["collective"], r["bytes"]) for r in rows] == [(c, s) for c in C.COLLECTIVES for s in (4096, 16384, 65536)]
+    for row in rows:
+        assert len(row["times"]) == 2 and all(0 < t < 60 for t in row["times"])
+        assert row["median"] == sorted(row["times"])[0] + (sorted(row["times"])[1] - sorted(row["times"])[0]) / 2
+    assert sweep[0]["rows"] == sweep[1]["rows"]  # every rank reports the slowest rank's time per repetition
+
+
+def test_the_plans_are_timed_as_sequences_on_two_ranks():
+    reports = C.run("plans", nproc=2, widths="16", repeats=2)
+    rows = reports[0]["rows"]
+    assert [r["strategy"] for r in rows] == list(C.STRATEGIES)
+    numels = C.layer_numels(16)
+    for r in rows:
+        assert r["parameters"] == sum(numels) and len(r["times"]) == 2 and r["median"] > 0
+        assert [tuple(step) for step in r["plan"]] == C.step_plan(r["strategy"], numels, 2)
+
+
+def test_layer_numels_are_lesson_13s_model():
+    from gpucourse.sharding import lesson_model
+
+    assert sum(C.layer_numels(256)) == sum(p.numel() for p in lesson_model(256).parameters()) == 142_602
+    assert C.layer_numels(64, depth=2) == [32 * 64 + 64, 64 * 64 + 64, 64 * 10 + 10]
+
+
+def test_step_plans_move_the_bytes_the_zero_paper_counts():
+    numels = [1000, 2000, 3001]
+    total = sum(numels)
+    ddp = C.step_plan("ddp", numels, 4)
+    assert ddp == [("all_reduce", 4 * 4 * math.ceil(total / 4))]  # one bucket under 1 MiB, padded
+    for stage in ("zero1", "zero2"):
+        assert C.step_plan(stage, numels, 4) == [("reduce_scatter", 24016), ("all_gather", 24016)]
+    zero3 = C.step_plan("zero3", numels, 4)
+    assert len(zero3) == 9 and [c for c, _ in zero3[:3]] == ["all_gather"] * 3
+    assert zero3[3:5] == [("all_gather", 12016), ("reduce_scatter", 12016)]  # the last layer first in backward
+    per_rank = {s: sum(size * (3 / 4 if c != "all_reduce" else 2 * 3 / 4) for c, size in C.step_plan(s, numels, 4))
+                for s in C.STRATEGIES}
+    assert per_rank["zero1"] == pytest.approx(per_rank["ddp"])
+    assert per_rank["zero3"] == pytest.approx(1.5 * per_rank["ddp"], rel=1e-3)
+    with pytest.raises(ValueError, match="unknown strategy"):
+        C.step_plan("fsdp", numels, 2)
+
+
+def test_ddp_buckets_follow_torchs_caps():
+    mib = 2**20
+    assert C.ddp_buckets([10]) == [40]
+    # reversed order: 0.75 MiB, then + 0.5 MiB reaches the first cap (1 MiB); then 25 MiB buckets
+    assert C.ddp_buckets([mib // 8, 10 * mib // 4, 10 * mib // 4, mib // 8, 3 * mib // 16]) == \
+        [3 * mib // 4 + mib // 2, 20 * mib + mib // 2]
+    assert sum(C.ddp_buckets(C.layer_numels(1024))) == 4 * sum(C.layer_numels(1024))
+
+
+def test_bus_bandwidth_is_nccl_tests_correction():
+    assert C.bus_bandwidth("all_reduce", 1e9, 1.0, 2) == 1e9
+    assert C.bus_bandwidth("all_reduce", 1e9, 1.0, 8) == pytest.approx(1.75e9)
+    assert C.bus_bandwidth("reduce_scatter", 1e9, 0.5, 4) == pytest.approx(1.5e9)
+    assert C.bus_bandwidth("all_gather", 1e9, 1.0, 2) == 0.5e9
+    with pytest.raises(ValueError):
+        C.bus_bandwidth("broadcast", 1e9, 1.0, 2)
+
+
+def test_predict_sums_alpha_and_bytes_over_beta():
+    fits = {"all_reduce": (1e-4, 1e9), "reduce_scatter": (2e-4, 2e9), "all_gather": (3e-4, 4e9)}
+    plan = [("all_reduce", 10**9), ("reduce_scatter", 2 * 10**9), ("all_gather", 4 * 10**9)]
+    assert C.predict(plan, fits) == pytest.approx(6e-4 + 3)
+
+
+def test_sizes_between():
+    assert C.sizes_between(4096, 65536) == [4096, 16384, 65536]
+    assert C.sizes_between(4096, 100_000, factor=2) == [4096, 8192, 16384, 32768, 65536]
+    with pytest.raises(ValueError):
+        C.sizes_between(0, 10)
+
+
+def test_the_judges_fit_recovers_alpha_and_beta_of_a_synthetic_link():
+    rng = random.Random(3)
+    sizes = [2.0**k for k in range(10, 27) for _ in range(3)]
+    alpha, beta = 250e-6, 3e9
+    exact = L.expected_fit(sizes, [alpha + n / beta for n in sizes])
+    assert exact[0] == pytest.approx(alpha, rel=1e-9) and exact[1] == pytest.approx(beta, rel=1e-9)
+    noisy = L.expected_fit(sizes, [(alpha + n / beta) * (1 + rng.uniform(-0.02, 0.02)) for n in sizes])
+    assert noisy[1] == pytest.approx(beta, rel=0.05)
+    assert L.expected_fit([1e3, 2e3], [2e-3, 1e-3]) is None  # falling: no bandwidth
+
+
+def test_generated_fit_inputs_are_valid_and_seeded():
+    cases = L.fit_inputs(1414, 24)
+    assert cases == L.fit_inputs(1414, 24) and cases != L.fit_inputs(1415, 24)
+    for sizes, seconds in cases:
+        assert len(sizes) == len(seconds) and len(set(sizes)) >= 2
+        assert min(sizes) > 0 and min(seconds) > 0 and L.expected_fit(sizes, seconds) is not None
+    assert any(len(set(s)) < len(s) for s, _ in cases)  # some repeated sizes
+
+
+def test_ring_bytes_per_rank():
+    assert L.ring_bytes_per_rank("ddp", 1000, 4, 4) == 6000
+    assert L.ring_bytes_per_rank("zero3", 1000, 4, 4) == 9000
+    assert L.ring_bytes_per_rank("zero1", 1000, 4, 4) == L.ring_bytes_per_rank("zero2", 1000, 4, 4) == 6000
+    assert L.ring_bytes_per_rank("ddp", 10, 3, 2) == 32 and L.ring_bytes_per_rank("ddp", 10, 1, 2) == 0
+
+
+def test_the_public_judges_accept_the_reference_and_say_what_is_wrong():
+    def reference_fit(sizes, seconds):
+        if len(sizes) != len(seconds) or len(set(sizes)) < 2:
+            raise ValueError("bad")
+        fit = L.expected_fit(list(sizes), list(seconds))
+        if fit is None:
+            raise ValueError("no slope")
+        return fit
+
+    ns = {"fit_alpha_beta": reference_fit}
+    assert L.judge_fits(L.observe_fits(ns)) is None and L.judge_fit_errors(L.observe_fits(ns)) is None
+    ns = {"fit_alpha_beta": lambda n, t: reference_fit(n, t)[::-1]}  # (beta, alpha)
+    assert "beta" in L.judge_fits(L.observe_fits(ns))
+    ns = {"comm_bytes_per_step": L.ring_bytes_per_rank}
+    observed = L.observe_bytes(ns)
+    assert L.judge_bytes(observed) is None
+    assert "must raise ValueError" in L.judge_bytes_errors(observed)  # ring_bytes_per_rank does not validate
+    observed["results"][0][-1] += 1
+    assert "returned 6001" in L.judge_bytes(observed)
+
+
+def test_figures_have_titles_and_labelled_axes_with_units(sweep):
+    rows = sweep[0]["rows"]
+    fits = {c: (1e-4, 1e9) for c in C.COLLECTIVES}
+    compared = [{"width": w, "parameters": 100 * w, "strategy": s, "predicted": 1e-3, "measured": 2e-3}
+                for w in (16, 64) for s in C.STRATEGIES]
+    for fig in (C.plot_collective_times(rows, "a test CPU", 2, fits=fits), C.plot_bus_bandwidth(rows, "a test CPU", 2),
+                C.plot_prediction(compared, "a test CPU", 2)):
+        title = fig._suptitle.get_text() if fig._suptitle else fig.axes[0].get_title()
+        assert "a test CPU" in title and "2" in title
+        for ax in fig.axes:
+            assert "(" in ax.get_xlabel() and "(" in ax.get_ylabel(), (ax.get_xlabel(), ax.get_ylabel())
+    ax = C.plot_collective_times(rows, "a test CPU", 2, fits=fits).axes[0]
+    assert ax.get_xscale() == "log" and ax.get_yscale() == "log"
+    assert any("fit:" in t.get_text() for t in ax.get_legend().get_texts())
