@@ -19,6 +19,8 @@ One module per lesson, each named for what it holds:
 - ``gpucourse.memory``: lesson 12, where the memory goes (storages, saved activations, checkpointing figures).
 - ``gpucourse.sharding``: lesson 13, sharded data parallel: ZeRO-1 by hand, ``ZeroRedundancyOptimizer``, FSDP2,
   tensor and pipeline parallelism (``torchrun ... -m gpucourse.sharding DEMO``).
+- ``gpucourse.roofline``: lesson 15, roofline and launch overhead (measured roofs, kernels under them, the cost of
+  one eager op).
 - ``gpucourse.reference``: the measured GPU reference (H100) that GPU cells plot beside this machine's numbers.
 - ``gpucourse.checks``: every exercise's public checks (``check("...")`` in the notebooks).
 """

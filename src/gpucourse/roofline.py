@@ -98,10 +98,32 @@ class Kernel:
         return self.flops / self.bytes
 
     def measure(self, min_seconds: float = 0.2) -> dict:
-        """Time ``run`` and return the point: name, flops, bytes, intensity, seconds, flops_per_s."""
+        """Time ``run`` and return the point: name, flops, bytes, intensity, seconds, flops_per_s, bytes_per_s."""
         seconds = best_seconds(self.run, min_seconds)
         return {"name": self.name, "flops": self.flops, "bytes": self.bytes, "intensity": self.intensity,
-                "seconds": seconds, "flops_per_s": self.flops / seconds}
+                "seconds": seconds, "flops_per_s": self.flops / seconds, "bytes_per_s": self.bytes / seconds}
+
+
+def copy_kernel(numel: int, dtype=torch.float32, device="cpu") -> Kernel:
+    """``out.copy_(x)`` on ``numel`` elements: no FLOPs, 2 arrays of traffic (for the memory roof only:
+    an intensity of 0 has no place on a log axis)."""
+    x = torch.rand(numel, device=device).to(dtype)
+    out = torch.empty_like(x)
+    return Kernel(f"copy {numel:,}", 0, touched_bytes(x, out), lambda: out.copy_(x))
+
+
+def measure_rounds(kernels: list[Kernel], rounds: int = 3, min_seconds: float = 0.1) -> list[dict]:
+    """Each kernel's point (``Kernel.measure``) from its fastest of ``rounds`` rounds over all the kernels:
+    a busy moment slows every kernel of a round alike instead of one kernel for good."""
+    if rounds < 1 or not kernels:
+        raise ValueError("measure at least one kernel in at least one round")
+    best = [None] * len(kernels)
+    for _ in range(rounds):
+        for i, kernel in enumerate(kernels):
+            seconds = best_seconds(kernel.run, min_seconds)
+            best[i] = seconds if best[i] is None else min(best[i], seconds)
+    return [{"name": k.name, "flops": k.flops, "bytes": k.bytes, "intensity": k.intensity, "seconds": s,
+             "flops_per_s": k.flops / s, "bytes_per_s": k.bytes / s} for k, s in zip(kernels, best)]
 
 
 def counted_flops(fn: Callable[[], object]) -> int:
