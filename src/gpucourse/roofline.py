@@ -200,46 +200,50 @@ def chain_seconds(op_counts, numel: int = 16, device="cpu", min_seconds: float =
 
 # --- figures -------------------------------------------------------------------------------------
 
+def _rate(flops_per_s: float) -> str:
+    """FLOP/s in the unit that reads best: GFLOP/s or TFLOP/s."""
+    return f"{flops_per_s / 1e12:,.4g} TFLOP/s" if flops_per_s >= 1e12 else f"{flops_per_s / 1e9:,.4g} GFLOP/s"
+
+
 def draw_roofline(peaks: dict[str, float], bandwidth: float | None, points: list[dict], *, hardware: str,
-                  bandwidth_label: str = "memory roof (measured)", title: str = "Roofline", ax=None,
-                  intensity_range: tuple[float, float] = (0.01, 10_000)):
+                  bandwidth_label: str = "memory roof (measured)", bandwidth_measured: bool = True,
+                  title: str = "Roofline", ax=None, intensity_range: tuple[float, float] = (0.01, 10_000)):
     """Attainable FLOP/s against arithmetic intensity, log-log: a flat compute roof per entry of
-    ``peaks`` (label -> FLOP/s), the memory roof ``bandwidth`` (bytes/s; ``None``: not drawn) and the
-    measured ``points`` (dicts with ``name``, ``intensity``, ``flops_per_s``; an optional ``marker``)."""
+    ``peaks`` (label -> FLOP/s, black, from its ridge point on), the memory roof ``bandwidth`` (bytes/s,
+    blue; dotted when ``bandwidth_measured`` is False, e.g. a vendor's figure; ``None``: not drawn) and
+    the measured ``points`` (dicts with ``name``, ``intensity``, ``flops_per_s``; an optional ``marker``)."""
     import matplotlib.pyplot as plt
     import numpy as np
 
     if not peaks:
         raise ValueError("draw at least one compute roof")
     if ax is None:
-        fig, ax = plt.subplots(figsize=(8, 4.8), layout="constrained")
+        fig, ax = plt.subplots(figsize=(10, 4.8), layout="constrained")
     else:
         fig = ax.figure
     lo, hi = intensity_range
-    xs = np.logspace(np.log10(lo), np.log10(hi), 200)
+    top = max(peaks.values())
     for (label, peak), style in zip(peaks.items(), ("-", "--", "-.", ":", "-")):
-        roof = np.minimum(peak, xs * bandwidth) if bandwidth else np.full_like(xs, peak)
-        ax.plot(xs, roof, style, color="black", lw=1.2)
-        ax.annotate(f"{label}: {peak / 1e9:,.4g} GFLOP/s", (hi, peak), xytext=(-4, 3), textcoords="offset points",
-                    ha="right", fontsize=7)
+        start = max(lo, peak / bandwidth) if bandwidth else lo
+        ax.plot([start, hi], [peak, peak], style, color="black", lw=1.3, label=f"compute roof, {label}: {_rate(peak)}")
         if bandwidth:
             ax.axvline(peak / bandwidth, color="grey", lw=0.5, ls=":")
     if bandwidth:
-        ax.plot(xs, xs * bandwidth, color="tab:blue", lw=0.6, alpha=0.4)
-        ax.plot([], [], color="tab:blue", label=f"{bandwidth_label}: {bandwidth / 1e9:,.4g} GB/s")
+        xs = np.array([lo, min(hi, top / bandwidth)])
+        ax.plot(xs, xs * bandwidth, ":" if not bandwidth_measured else "-", color="tab:blue", lw=1.6,
+                label=f"{bandwidth_label}: {bandwidth / 1e9:,.4g} GB/s")
     for i, p in enumerate(points):
-        ax.scatter(p["intensity"], p["flops_per_s"], marker=p.get("marker", "o"), s=36, zorder=3,
+        ax.scatter(p["intensity"], p["flops_per_s"], marker=p.get("marker", "o"), s=40, zorder=3,
                    color=plt.cm.tab10(i % 10), label=p["name"])
     ax.set_xscale("log")
     ax.set_yscale("log")
-    top = max(peaks.values())
     bottom = min([top / 1e4] + [p["flops_per_s"] / 2 for p in points])
     ax.set_ylim(bottom, top * 3)
     ax.set_xlim(lo, hi)
     ax.set_xlabel("arithmetic intensity (FLOP per byte moved)")
     ax.set_ylabel("attainable FLOP/s (FLOP per second)")
     ax.set_title(f"{title}\nmeasured on {hardware}", fontsize=10)
-    ax.legend(fontsize=7, loc="upper left")
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     return fig
 
 
