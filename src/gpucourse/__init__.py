@@ -21,6 +21,8 @@ One module per lesson, each named for what it holds:
   tensor and pipeline parallelism (``torchrun ... -m gpucourse.sharding DEMO``).
 - ``gpucourse.comms``: lesson 14, the cost of communication: collectives timed against message size, DDP and
   ZeRO step plans (``torchrun ... -m gpucourse.comms sweep|plans``).
+- ``gpucourse.roofline``: lesson 15, roofline and launch overhead (measured roofs, kernels under them, the cost of
+  one eager op).
 - ``gpucourse.resilience``: lesson 16, checkpoints and restarts: ``torch.distributed.checkpoint`` with FSDP2, loading on
   another number of ranks, a rank restarted by ``torchrun --max-restarts`` (``torchrun ... -m gpucourse.resilience DEMO``).
 - ``gpucourse.reference``: the measured GPU reference (H100) that GPU cells plot beside this machine's numbers.
