@@ -32,7 +32,7 @@ import record  # noqa: E402
 
 ASSIGNMENT = "quiz_gpu_data_parallel"
 RELEASED = COURSE / ASSIGNMENT / "quiz.ipynb"
-QUESTIONS = [f"q{n}" for n in range(1, 21)]
+QUESTIONS = [f"q{n}" for n in range(1, 27)]
 
 
 def released():

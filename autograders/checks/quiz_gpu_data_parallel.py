@@ -34,6 +34,13 @@ KEY = {
     "q18": ("b", "checkpoint_sequential checkpoints segments - 1 segments and runs the last one normally."),
     "q19": ("c", "ZeRO-1 shards only the optimizer state; parameters and gradients stay whole on every rank."),
     "q20": ("d", "the bubble is the p - 1 slots of fill and drain out of m + p - 1."),
+    "q21": ("b", "algbw = S / t; for an all-reduce nccl-tests multiplies it by 2(n - 1)/n."),
+    "q22": ("d", "three ring phases per step (all-gather for forward, all-gather for backward, reduce-scatter of "
+                 "gradients), each sending (N - 1)/N of the 2 GB buffer."),
+    "q23": ("a", "each element of the 8192 × 8192 matrix is read once and used for one multiply-add: count FLOPs per byte."),
+    "q24": ("c", "which cost does not grow with the batch size?"),
+    "q25": ("d", "a DCP checkpoint is complete only once its .metadata is written, and loading reshards to any world size."),
+    "q26": ("a", "torchrun restarts the whole worker group, and nothing survives but what is on disk."),
 }
 
 

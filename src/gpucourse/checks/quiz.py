@@ -13,7 +13,7 @@ from gpucourse.checks import Answer, Case, register
 
 ASSIGNMENT = "quiz_gpu_data_parallel"  # the course folder this module's exercises belong to
 
-QUESTIONS = tuple(f"q{n}" for n in range(1, 21))
+QUESTIONS = tuple(f"q{n}" for n in range(1, 27))
 LETTERS = 'a str, one of the letters "a", "b", "c", "d"'
 
 
@@ -22,7 +22,7 @@ def observe_answer(ns):
     from gpucourse.checks import answer_problem
 
     found = {}
-    for name in (f"q{n}" for n in range(1, 21)):
+    for name in (f"q{n}" for n in range(1, 27)):
         if name in ns:
             problem = answer_problem(ns, name)
             # the letter as written, in either case, with spaces, brackets or quotes around it: "C", " c ", "(c)"
