@@ -65,12 +65,13 @@ nbgrader: install
 
 # GPUCOURSE_SMOKE=1 shrinks epochs and data in every notebook (the text stays the same);
 # GPUCOURSE_OFFLINE=1 writes a small CIFAR-10 instead of downloading it.
+# Benchmarks are not tests: their code is checked end to end by `make bench` (the tests marked bench).
 test: install
-	GPUCOURSE_SMOKE=1 GPUCOURSE_OFFLINE=1 $(BIN)/python -m pytest $(PYTEST_ARGS)
+	GPUCOURSE_SMOKE=1 GPUCOURSE_OFFLINE=1 $(BIN)/python -m pytest -m "not bench" $(PYTEST_ARGS)
 
 # The same suite without the tests marked slow (pyproject.toml's markers): minutes, for every change.
 test-fast: install
-	GPUCOURSE_SMOKE=1 GPUCOURSE_OFFLINE=1 $(BIN)/python -m pytest -m "not slow" $(PYTEST_ARGS)
+	GPUCOURSE_SMOKE=1 GPUCOURSE_OFFLINE=1 $(BIN)/python -m pytest -m "not slow and not bench" $(PYTEST_ARGS)
 
 lint: install
 	$(BIN)/python -m ruff check .
@@ -100,6 +101,7 @@ grade: install
 	$(BIN)/python autograders/grade.py --submissions "$(SUBMISSIONS)" --results "$(RESULTS)" $(GRADE_ARGS)
 
 bench: install
+	GPUCOURSE_SMOKE=1 GPUCOURSE_OFFLINE=1 $(BIN)/python -m pytest -q -m bench
 	$(BIN)/python -m gpucourse.bench --out bench/results
 	$(BIN)/python autograders/bench_grading.py --out bench/results
 

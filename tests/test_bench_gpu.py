@@ -26,6 +26,7 @@ def tiny_run(tmp_path_factory):
     return code, json.loads(out.read_text()), printed.getvalue()
 
 
+@pytest.mark.bench
 def test_tiny_cpu_run_writes_a_valid_reference(tiny_run):
     code, data, _ = tiny_run
     assert code == 0
@@ -35,6 +36,7 @@ def test_tiny_cpu_run_writes_a_valid_reference(tiny_run):
     assert "test mode" in data["note"]
 
 
+@pytest.mark.bench
 def test_names_match_the_shipped_reference_where_the_quantity_is_the_same(tiny_run):
     _, data, _ = tiny_run
     shipped = reference.load("h100").data["measurements"]
@@ -48,6 +50,7 @@ def test_names_match_the_shipped_reference_where_the_quantity_is_the_same(tiny_r
     assert "b2 32px fp32 item every step" in data["measurements"]["sync_loop_ms"]["values"]
 
 
+@pytest.mark.bench
 def test_what_a_cpu_cannot_measure_is_absent_with_a_reason_never_zero(tiny_run):
     _, data, _ = tiny_run
     absent = data["absent"]
@@ -59,6 +62,7 @@ def test_what_a_cpu_cannot_measure_is_absent_with_a_reason_never_zero(tiny_run):
     assert every_value and all(v > 0 for v in every_value)
 
 
+@pytest.mark.bench
 def test_progress_names_every_part_as_it_starts_and_ends(tiny_run):
     _, _, printed = tiny_run
     for i, (title, _) in enumerate(bench_gpu.PARTS, 1):

@@ -264,6 +264,7 @@ def test_validate_button_passes_correct_code_that_warns(tmp_path):
     assert len(result.get("failed", [])) == 1, "Validate must still report a real failure"
 
 
+@pytest.mark.bench
 def test_grading_bench_reports_a_ratio(tmp_path):
     import json
 

@@ -155,6 +155,7 @@ def test_run_python_script_reports_exit_code_and_output():
     assert (code, output.strip()) == (3, "hi")
 
 
+@pytest.mark.bench
 def test_bench_quick_writes_the_report(tmp_path, capsys):
     import json
 
