@@ -113,11 +113,12 @@ def test_the_example_followed_literally_releases_grades_and_passes(tmp_path):
     fixtures = sorted(Path(p) for p in files if p.startswith(f"tests/fixtures/{aid}/"))
     tests = [p for p in files if p.startswith("tests/test_")]
     # the copy's own tests of the example: its fixtures, its declaration against the notebook and README, its
-    # observers, its release (preamble, no solution or output in course/), ruff, its helper's tests; not the
-    # runner's tests, which hold PYTHONPATH unset inside the sandbox
+    # observers, its release (preamble, no solution or output in course/), its notebook run headless, ruff, its
+    # helper (tests, imports); not the runner's tests, which hold PYTHONPATH unset inside the sandbox
     selected = " or ".join([aid, "drives_notebooks", "answers_are_named", "self_contained", "declares_its_answers",
-                            "python_files_pass_ruff", *(Path(t).stem for t in tests)])
-    suites = ["tests/test_checks.py", "tests/test_release.py", "tests/test_lint.py", *tests]
+                            "python_files_pass_ruff", "no_lesson_module_imports_the_checks", *(Path(t).stem for t in tests)])
+    suites = ["tests/test_checks.py", "tests/test_release.py", "tests/test_lint.py", "tests/test_launch.py", "tests/test_notebooks.py",
+              *tests]
     result = _run(["-m", "pytest", "-v", "-p", "no:cacheprovider", *suites, "-k", selected], repo, 600)
     assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-2000:]
     for fixture in fixtures:
@@ -125,6 +126,8 @@ def test_the_example_followed_literally_releases_grades_and_passes(tmp_path):
         assert test_id in result.stdout, f"{fixture} was not judged: {result.stdout[-3000:]}"
     for name in ("drives_notebooks_hidden_checks_and_readme", "answers_are_named_in_every_released_exercise_text_and_stub",
                  "every_observer_is_self_contained", f"opens_with_the_same_preamble[{aid}]", f"answer_in_course[{aid}]",
-                 f"carry_no_outputs[course/{aid}/", "python_files_pass_ruff", *(f"{Path(t).name}::" for t in tests)):
+                 f"carry_no_outputs[course/{aid}/", "python_files_pass_ruff", "no_lesson_module_imports_the_checks",
+                 f"test_solution_notebook_executes[{aid}]",
+                 *(f"{Path(t).name}::" for t in tests)):
         assert re.search(rf"{re.escape(name)}\S* PASSED", result.stdout), f"{name} did not pass: {result.stdout[-3000:]}"
 
