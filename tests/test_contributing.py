@@ -84,8 +84,7 @@ def _copy_tracked(to: Path) -> None:
 
 def _run(args: list[str], repo: Path, timeout: int) -> subprocess.CompletedProcess:
     """Run in the copy, importing the copy's gpucourse (PYTHONPATH comes before the venv's editable install)."""
-    env = {**os.environ, "PYTHONPATH": str(repo / "src"), "GPUCOURSE_OFFLINE": "1", "GPUCOURSE_SMOKE": "1",
-           "MPLBACKEND": "Agg"}
+    env = {**os.environ, "PYTHONPATH": str(repo / "src"), "GPUCOURSE_OFFLINE": "1", "GPUCOURSE_SMOKE": "1"}
     return subprocess.run([sys.executable, *args], cwd=repo, env=env, capture_output=True, text=True, timeout=timeout)
 
 
