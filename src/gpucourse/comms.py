@@ -29,7 +29,7 @@ from pathlib import Path
 
 import torch
 
-from gpucourse.launch import init_process_group, read_rank_reports, torchrun
+from gpucourse.launch import init_process_group, run_demo
 
 COLLECTIVES = ("all_reduce", "reduce_scatter", "all_gather")
 # nccl-tests' correction from algorithm bandwidth (S / t) to bus bandwidth, per collective, for n ranks
@@ -326,14 +326,7 @@ def main(argv: list[str] | None = None) -> int:
 def run(demo: str, nproc: int, timeout: float = 600, **options) -> list[dict]:
     """Launch ``demo`` on ``nproc`` ranks with torchrun and return every rank's report, in rank order
     (raises with the output's tail if the launch failed)."""
-    import tempfile
-
-    with tempfile.TemporaryDirectory(prefix="gpucourse-comms-") as out:
-        flags = [f"--{k.replace('_', '-')}={v}" for k, v in options.items()]
-        launch = torchrun(["-m", "gpucourse.comms", demo, "--out", out, *flags], nproc=nproc, timeout=timeout)
-        if launch.returncode != 0:
-            raise RuntimeError(f"{demo} on {nproc} ranks failed (exit {launch.returncode}):\n{launch.output[-3000:]}")
-        return list(read_rank_reports(out).values())
+    return run_demo("gpucourse.comms", demo, nproc, timeout, **options)[0]
 
 
 if __name__ == "__main__":

@@ -139,6 +139,22 @@ def torchrun(target: list[str], nproc: int = 2, timeout: float = 300, env: dict 
 _REPORT = re.compile(r"rank(\d+)\.json")
 
 
+def run_demo(module: str, demo: str, nproc: int, timeout: float = 300, out: str | os.PathLike | None = None,
+             launcher: tuple[str, ...] = (), **options) -> tuple[list, Launch]:
+    """``python -m module demo --out DIR --<option>=<value> ...`` on ``nproc`` ranks under torchrun (its
+    ``launcher`` flags first, e.g. ``--max-restarts=1``): every rank's ``rank<N>.json`` report in rank order,
+    and the launch. Raises with the output's tail if the launch failed. ``out``: where the ranks write (a
+    temporary folder, removed afterwards, when None). The lessons' ``run`` helpers (13, 14, 16) call this.
+    """
+    with tempfile.TemporaryDirectory(prefix=f"gpucourse-{module.rsplit('.', 1)[-1]}-") as scratch:
+        out = Path(out or scratch)
+        flags = [f"--{key.replace('_', '-')}={value}" for key, value in options.items()]
+        launch = torchrun([*launcher, "-m", module, demo, "--out", str(out), *flags], nproc=nproc, timeout=timeout)
+        if launch.returncode != 0:
+            raise RuntimeError(f"{demo} on {nproc} ranks failed (exit {launch.returncode}):\n{launch.output[-12000:]}")
+        return list(read_rank_reports(out).values()), launch
+
+
 def read_rank_reports(folder: str | os.PathLike, strict: bool = True) -> dict[int, object]:
     """Every ``rank<N>.json`` in ``folder``, keyed by N (from the file's name), in rank order.
 

@@ -32,7 +32,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from gpucourse.launch import read_rank_reports, torchrun
+from gpucourse.launch import run_demo
 from gpucourse.sharding import IN_FEATURES, OUT_FEATURES, lesson_model
 
 GLOBAL_ROWS = 12  # divisible by 1, 2, 3 and 4 ranks: every rank's slice has the same size
@@ -325,16 +325,8 @@ def run(demo: str, nproc: int, ckpt, out=None, timeout: float = 300, max_restart
     """Launch ``demo`` on ``nproc`` ranks (``torchrun --max-restarts``) with checkpoints under ``ckpt``;
     every rank's report in rank order, and the launch (its wall time, its output). Raises with the output's
     tail if the launch failed. ``out``: where the ranks write (a temporary folder when None)."""
-    import tempfile
-
-    with tempfile.TemporaryDirectory(prefix="gpucourse-resilience-") as scratch:
-        out = Path(out or scratch)
-        flags = [f"--{k.replace('_', '-')}={v}" for k, v in options.items()]
-        launch = torchrun([f"--max-restarts={max_restarts}", "-m", "gpucourse.resilience", demo, "--out", str(out),
-                           "--ckpt", str(ckpt), *flags], nproc=nproc, timeout=timeout)
-        if launch.returncode != 0:
-            raise RuntimeError(f"{demo} on {nproc} ranks failed (exit {launch.returncode}):\n{launch.output[-12000:]}")
-        return list(read_rank_reports(out).values()), launch
+    return run_demo("gpucourse.resilience", demo, nproc, timeout, out=out, launcher=(f"--max-restarts={max_restarts}",),
+                    ckpt=ckpt, **options)
 
 
 def read_events(out) -> list[dict]:

@@ -32,7 +32,7 @@ import torch
 from torch import nn
 
 from gpucourse.launch import Launch, read_rank_reports, torchrun  # noqa: F401 (the lesson calls them from here)
-from gpucourse.launch import init_process_group
+from gpucourse.launch import init_process_group, run_demo
 
 IN_FEATURES, OUT_FEATURES = 32, 10
 
@@ -394,14 +394,7 @@ def main(argv: list[str] | None = None) -> int:
 def run(demo: str, nproc: int, timeout: float = 300, **options) -> list[dict]:
     """Launch ``demo`` on ``nproc`` ranks with torchrun and return every rank's report, in rank order
     (raises with the output's tail if the launch failed)."""
-    import tempfile
-
-    with tempfile.TemporaryDirectory(prefix="gpucourse-sharding-") as out:
-        flags = [f"--{k.replace('_', '-')}={v}" for k, v in options.items()]
-        launch = torchrun(["-m", "gpucourse.sharding", demo, "--out", out, *flags], nproc=nproc, timeout=timeout)
-        if launch.returncode != 0:
-            raise RuntimeError(f"{demo} on {nproc} ranks failed (exit {launch.returncode}):\n{launch.output[-3000:]}")
-        return list(read_rank_reports(out).values())
+    return run_demo("gpucourse.sharding", demo, nproc, timeout, **options)[0]
 
 
 if __name__ == "__main__":
