@@ -16,10 +16,13 @@ from __future__ import annotations
 
 import ast
 import json
+import pkgutil
 import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from .worker import trust
 
 MAX_NOTEBOOK_BYTES = 20 << 20
 SKIP_TAG = "skip-when-grading"  # lesson measurements the checks do not need
@@ -43,16 +46,24 @@ SECRET_PATHS = r"autograders|solutions/|solutions\\|grades\.csv"
 # changes what the checks observe, or reaches the checks' or the grader's code.
 CHECKS = "gpucourse.checks"
 ALLOWED_FROM_CHECKS = {"check"}  # the notebooks' own test cells: from gpucourse.checks import check
-GRADER = {"autograders", "engine", "assemble", "runner", "grade", "record", "sandbox", "preload", "classroom",
-          "release", "formgrader", "publish", "nbgrader"}
+# The grader's modules, by the bare names submissions once imported them by (``import engine``, when the
+# grader was a folder of scripts) as well as the package: every module of autograders and its worker,
+# found rather than listed, so that a new one is covered the day it is added.
+_PACKAGE = Path(__file__).resolve().parent
+GRADER = {"autograders", "nbgrader"} | {m.name for m in pkgutil.iter_modules([str(_PACKAGE), str(_PACKAGE / "worker")])
+                                        if not m.name.startswith("_")}  # __main__ is every script's, not the grader's
+# Of those, the ones a string may name without naming the grader: ordinary words an answer uses as
+# data ("rank" is a key of every rank's record); importing them is still flagged (``_imported``).
+ORDINARY_WORDS = {"grade", "record", "release", "publish", "course", "cli", "rank", "trust", "worker", "forking",
+                  "snapshot"}
 # Settings a lesson teaches: torch.backends flags, environment variables, the import path (put back
 # after every cell anyway).
 ALLOWED_PATCHES = (r"torch\.backends\.[\w.]*[a-z0-9]", r"os\.environ(\[\.\.\.\])?", r"sys\.path(\[\.\.\.\])?",
                    r"pandas\.options\.[\w.]*[a-z0-9]")
-# Patches count where the sandbox's observers and drivers could see them: the course, what the runner
-# snapshots (torch, Lightning, numpy, the standard library), what observers import later, builtins.
-PATCH_SCOPE = {"gpucourse", "torch", "lightning", "lightning_fabric", "pytorch_lightning", "torchmetrics", "numpy",
-               "darts", "pandas", "builtins"} | set(sys.stdlib_module_names)
+# Patches count where the sandbox's observers and drivers could see them: what the runner snapshots
+# (worker.trust.SCOPE: the course, torch, Lightning, numpy; the standard library), what observers
+# import later (trust.OBSERVED_LATER), builtins. From the same list the runner protects, so the two agree.
+PATCH_SCOPE = set(trust.SCOPE) | set(trust.OBSERVED_LATER) | {"builtins"} | set(sys.stdlib_module_names)
 FUNCTION_INTERNALS = {"__code__", "__defaults__", "__kwdefaults__", "__globals__", "__closure__"}
 DICT_MUTATORS = {"update", "setdefault", "pop", "popitem", "clear", "__setitem__", "__delitem__"}
 IMPORT_SYSTEM = {"sys.modules", "sys.meta_path", "sys.path_hooks", "sys.path_importer_cache"}
@@ -423,7 +434,7 @@ def _forgery(tree: ast.AST, aliases: _Aliases) -> list[str]:
             if re.match(rf"{re.escape(CHECKS)}(\.|$)", text) or re.search(r"gpucourse[/\\]checks", text):
                 say(f"names the checks' `{text[:60]}`")
             elif (_imported(text) and re.fullmatch(r"[\w.]+", text)
-                  and text.partition(".")[0] in GRADER - {"grade", "record", "release", "publish"}):
+                  and text.partition(".")[0] in GRADER - ORDINARY_WORDS):
                 say(f"names the grader's `{text[:60]}`")
             elif re.search(SECRET_PATHS, text):
                 say(f"reads the grader's or the solutions' files (`{text[:60]}`)")

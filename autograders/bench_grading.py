@@ -17,10 +17,8 @@ import tempfile
 import time
 from pathlib import Path
 
-import classroom
-import grade
-import sandbox
-from course import SOLUTIONS, api, load_config
+from . import classroom, grade, sandbox
+from .course import SOLUTIONS, api, load_config
 
 
 def nbgrader_sequential(submissions: Path, work: Path) -> float:
@@ -103,7 +101,3 @@ def main(argv: list[str] | None = None) -> int:
     (args.out / "grading.md").write_text(text)
     print(text)
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

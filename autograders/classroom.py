@@ -15,8 +15,9 @@ import shutil
 from pathlib import Path
 
 import gpucourse.checks as declarations
-from assemble import nbgrader_meta
-from course import COURSE, ROOT, SOLUTIONS
+
+from .assemble import nbgrader_meta
+from .course import COURSE, ROOT, SOLUTIONS
 
 FIXTURES = ROOT / "tests" / "fixtures"
 
@@ -124,9 +125,3 @@ def main(argv: list[str] | None = None) -> int:
         print(student, assignment, " ".join(f"{cell}={want}" for cell, want in cells.items()),
               "#", " ".join(fixture_names.get((student, assignment), [])))
     return 0
-
-
-if __name__ == "__main__":
-    import sys
-
-    sys.exit(main())

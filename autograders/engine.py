@@ -48,14 +48,14 @@ from pathlib import Path
 
 import nbformat
 
-import assemble
-import sandbox
-from course import AUTOGRADERS, ROOT
-
 import gpucourse.checks as public
+
+from . import assemble, sandbox
+from .course import AUTOGRADERS, ROOT
 
 RESULTS_LIMIT = 8 << 20  # bytes accepted from the results pipe
 META = "gpucourse"  # the steps' findings in notebook and cell metadata
+WORKER = "autograders.worker"  # the sandboxed program: python -m WORKER RESULTS_FD OBSERVERS_FD < job.json
 
 
 @dataclass
@@ -171,7 +171,8 @@ def _observer(case_id: str, case: public.Case) -> dict:
 
 def _env() -> dict[str, str]:
     return {"PATH": os.defpath, "HOME": "/tmp", "LANG": "C.UTF-8", "MPLBACKEND": "Agg", "PYTHONDONTWRITEBYTECODE": "1",
-            "GPUCOURSE_SMOKE": os.environ.get("GPUCOURSE_SMOKE", "1"), "GPUCOURSE_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+            "GPUCOURSE_SMOKE": os.environ.get("GPUCOURSE_SMOKE", "1"), "GPUCOURSE_OFFLINE": "1", "OMP_NUM_THREADS": "1",
+            "PYTHONPATH": str(ROOT)}  # where the sandbox imports autograders.worker (visible: it alone)
 
 
 def _read_results(fd: int, sink: list[bytes]) -> None:
@@ -305,7 +306,7 @@ def observe(nb, resources):
     threading.Thread(target=_write_all, args=(observers_w, observers), daemon=True).start()
     server = preloads.take() if preloads is not None else None
     try:
-        outcome = sandbox.run([sys.executable, "-m", "gpucourse.checks.runner", str(write_end), str(observers_r)], box,
+        outcome = sandbox.run([sys.executable, "-m", WORKER, str(write_end), str(observers_r)], box,
                               env=_env(), hide=options["hide"], limits=limits, isolate=options.get("isolate"),
                               stdin=json.dumps(job).encode(), pass_fds=(write_end, observers_r), preloaded=server)
     finally:

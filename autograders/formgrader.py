@@ -16,11 +16,10 @@ from __future__ import annotations
 
 import argparse
 import filecmp
-import sys
 from pathlib import Path
 
-from course import COURSE, ROOT, SOLUTIONS, api, assignments, generated, load_config
-from grade import due_dates, set_due_dates
+from .course import COURSE, ROOT, SOLUTIONS, api, assignments, generated, load_config
+from .grade import due_dates, set_due_dates
 
 GRADEBOOK = ROOT / "autograders" / "gradebook.db"
 
@@ -95,7 +94,3 @@ def main(argv: list[str] | None = None) -> int:
         print(f"released to the exchange: {', '.join(released)}")
     print("Formgrader: open the Nbgrader menu → Formgrader, or /formgrader in this server")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

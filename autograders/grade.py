@@ -26,7 +26,6 @@ import dataclasses
 import os
 import queue
 import shutil
-import sys
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
@@ -36,10 +35,8 @@ from pathlib import Path
 import nbformat
 from tqdm import tqdm
 
-import engine
-import record
-import sandbox
-from course import COURSE, HERE, ROOT, SOLUTIONS, DueDates, api, assignments, load_config
+from . import engine, record, sandbox
+from .course import COURSE, HERE, ROOT, SOLUTIONS, DueDates, api, assignments, load_config
 
 IGNORED = shutil.ignore_patterns(".ipynb_checkpoints", "__pycache__")
 
@@ -362,7 +359,3 @@ def main(argv: list[str] | None = None) -> int:
     for problem in batch.problems:
         print(f"  could not grade: {problem}")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

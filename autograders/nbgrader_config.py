@@ -4,11 +4,15 @@ import os
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
+# traitlets runs this file by path, not as a module of the autograders package: the repository root on
+# the path makes the package importable (not this folder, whose modules import each other relatively).
+if os.path.dirname(HERE) not in sys.path:
+    sys.path.insert(0, os.path.dirname(HERE))
 from nbgrader.converters import Autograde  # noqa: E402
 from nbgrader.preprocessors import Execute  # noqa: E402
 from nbgrader.validator import Validator  # noqa: E402
-from warnings_are_not_failures import ExecuteStderrIsNotFailure  # noqa: E402
+
+from autograders.warnings_are_not_failures import ExecuteStderrIsNotFailure  # noqa: E402
 
 c = get_config()  # noqa: F821 - provided by traitlets when it runs this file
 

@@ -1,7 +1,7 @@
 """A preloaded Python for the sandbox: imports torch, Lightning and the course's checks once, then
 forks a fresh process into each sandbox instead of starting Python and importing them again.
 
-    started by sandbox.Preloaded (``python -c "import preload; preload.main()" FD``); never by hand
+    started by sandbox.Preloaded (``python -m autograders.preload FD``); never by hand
 
 Grading a submission used to start a Python and import torch (and often Lightning): seconds of CPU
 per submission, the same work every time. This process does it once per grading worker, then for
@@ -12,9 +12,13 @@ working folder; when isolated, new network, mount, PID and IPC namespaces with t
 group on timeout, and a child in a PID namespace takes everything it started with it.
 
 It is safe to fork because this process never starts a thread (OMP_NUM_THREADS=1 comes with the
-environment, and the child count of its threads is checked before serving), never initializes CUDA,
-and never reads anything a submission must not see: it imports public packages only. Its socket and
-every other descriptor it holds are closed in the child before student code runs.
+environment, and ``worker.forking.fork_safe`` checks its threads and CUDA before serving), never
+initializes CUDA, and never reads anything a submission must not see: it imports public packages,
+the sandbox's worker (``worker.trust.PRELOAD``) and ``sandbox`` (limits and mounts, nothing secret)
+only. Its socket and every other descriptor it holds are closed in the child before student code
+runs, and the child forgets the grader's modules (``_forget_grader``) before it runs the program.
+It stays on the grader's side (it applies ``sandbox``'s limits), but its children become sandboxes;
+its serve loop and the zygote's are two (``worker.forking`` says why).
 
 Protocol (a SOCK_SEQPACKET socket, one JSON message each way per step): first ``{"ready": bool,
 "why": str}``; then per run, a request with the descriptors for stdin, stdout and ``pass_fds``
@@ -38,22 +42,15 @@ import subprocess
 import sys
 import traceback
 
-import sandbox  # this folder is autograders/: its Limits, and the limits applied as sandbox.run applies them
-
-# What every submission imports (the runner snapshots most of these), and Lightning, which the
-# lessons from 4 on import. Importing more would only cost start-up time and address space.
-PRELOAD = ("numpy", "torch", "torch.distributed", "pytorch_lightning", "gpucourse", "gpucourse.parallel",
-           "gpucourse.checks", "gpucourse.checks.ddp", "gpucourse.checks.runner")
+from . import sandbox  # its Limits, and the limits applied as sandbox.run applies them
+from .sandbox import NOBODY
+from .worker.forking import fork_safe, in_child
+from .worker.trust import PRELOAD
 
 CLONE_NEWNS, CLONE_NEWIPC, CLONE_NEWPID, CLONE_NEWNET = 0x00020000, 0x08000000, 0x20000000, 0x40000000
 PR_SET_PDEATHSIG, PR_SET_NO_NEW_PRIVS = 1, 38
 LINUX_CAPABILITY_VERSION_3 = 0x20080522
-NOBODY = 65534
 HIGH_FD = 1000  # received descriptors are parked above this while the child closes everything else
-
-
-def _threads() -> int:
-    return len(os.listdir("/proc/self/task"))
 
 
 def preload() -> tuple[bool, str]:
@@ -65,15 +62,11 @@ def preload() -> tuple[bool, str]:
             importlib.import_module(name)
         except Exception:  # a missing optional package only means a slower child
             pass
-    from gpucourse.checks import runner
+    from .worker import runner
 
     runner.import_course()  # every module of gpucourse, as the runner does before its snapshot
-    if _threads() != 1:
-        return False, f"{_threads()} threads after importing (forking would copy none of them)"
-    torch = sys.modules.get("torch")
-    if torch is not None and torch.cuda.is_initialized():
-        return False, "CUDA was initialized while importing"
-    return True, ""
+    why = fork_safe()
+    return why is None, "" if why is None else f"{why} after importing"
 
 
 def serve(sock: socket.socket) -> None:
@@ -93,14 +86,11 @@ def serve(sock: socket.socket) -> None:
         started_r, started_w = os.pipe()
         pid = os.fork()
         if pid == 0:
-            code = 127
-            try:
+            def child(request=request, fds=fds) -> None:  # exits itself with the program's code
                 os.close(started_r)
                 _child(request, fds, started_w, base_path)
-            except BaseException:
-                traceback.print_exc()
-            finally:
-                os._exit(code)
+
+            in_child(child, code=127)
         os.close(started_w)
         for fd in fds:
             os.close(fd)
@@ -197,8 +187,7 @@ def _run_python(argv: list[str], base_path: list[str]) -> int:
     sys.stdout = sys.__stdout__ = io.TextIOWrapper(io.BufferedWriter(io.FileIO(1, "w", closefd=False)), encoding="utf-8")
     sys.stderr = sys.__stderr__ = io.TextIOWrapper(io.BufferedWriter(io.FileIO(2, "w", closefd=False)), encoding="utf-8",
                                                    errors="backslashreplace", line_buffering=True)
-    for name in ("preload", "sandbox"):  # the grader's modules: not the program's business
-        sys.modules.pop(name, None)
+    _forget_grader()
     import atexit
 
     atexit._clear()  # handlers the imports registered here (matplotlib's temporary cache...) are this server's
@@ -233,9 +222,23 @@ def _run_python(argv: list[str], base_path: list[str]) -> int:
     return code & 0xFF
 
 
+def _forget_grader() -> None:
+    """The grader's modules this server imported (this one, ``sandbox``) are not the program's
+    business: out of ``sys.modules`` and off the ``autograders`` package, which keeps only its worker."""
+    package = sys.modules.get("autograders")
+    for name in [n for n in sys.modules if n.startswith("autograders.") and not n.startswith("autograders.worker")]:
+        sys.modules.pop(name, None)
+        if package is not None:
+            vars(package).pop(name.split(".")[1], None)
+
+
 def main() -> None:
-    """``python -c "import preload; preload.main()" FD``, started in this folder: no path of the
-    grader's on the command line, which the children inherit (they are forks, not new programs)."""
+    """``python -m autograders.preload FD``: no path of the grader's on the command line, which the
+    children inherit (they are forks, not new programs)."""
     os.chdir("/")
     serve(socket.socket(fileno=int(sys.argv[1])))
     os._exit(0)  # nothing to flush or clean up: skip tearing torch and Lightning down
+
+
+if __name__ == "__main__":
+    main()

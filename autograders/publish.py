@@ -18,17 +18,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import subprocess
-import sys
 import tomllib
 from pathlib import Path
 
 import nbformat
 from packaging.requirements import Requirement
 
-from course import BADGE, COURSE, EDITION, PACKAGE, ROOT, Edition, load_edition, setup_code
+from .course import BADGE, COURSE, EDITION, PACKAGE, ROOT, Edition, load_edition, setup_code
 
 OUT = ROOT / "build" / "student-edition"
 ENTRIES = [".git", ".gitignore", "LICENSE", "Makefile", "README.md", "course", "pyproject.toml", "src"]
@@ -337,8 +335,3 @@ def main(argv: list[str] | None = None) -> int:
     print(f"publish it:  cd {shown} && git push {edition.url}.git main {edition.ref}")
     print("(after publishing the same version twice, the moved tag needs `git push --force ... <ref>`)")
     return 0
-
-
-if __name__ == "__main__":
-    os.environ.setdefault("PYTHONDONTWRITEBYTECODE", "1")
-    sys.exit(main())

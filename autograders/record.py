@@ -32,7 +32,7 @@ from sqlalchemy.exc import SAWarning
 from nbgrader.api import Gradebook, MissingEntry
 from nbgrader.utils import compute_checksum, parse_utc
 
-from assemble import nbgrader_meta
+from .assemble import nbgrader_meta
 
 QUIET = logging.getLogger("gpucourse.late")
 QUIET.setLevel(logging.ERROR)

@@ -13,15 +13,14 @@ from __future__ import annotations
 import argparse
 import re
 import shutil
-import sys
 from pathlib import Path
 
 import nbformat
 
-from course import COURSE, EDITION, ROOT, SOLUTIONS, Edition, assignments, generated, load_edition, stamp
-
 import gpucourse.checks as declarations
-from self_check_key import KEY, write_key
+
+from .course import COURSE, EDITION, ROOT, SOLUTIONS, Edition, assignments, generated, load_edition, stamp
+from .self_check_key import KEY, write_key
 
 TABLE_START, TABLE_END = "<!-- exercises: written by make release -->", "<!-- end of exercises -->"
 
@@ -120,7 +119,3 @@ def main(argv: list[str] | None = None) -> int:
     print(f"badges, setup cells and pyproject's URL point at {edition.url} @ {edition.ref}")
     print(f"self-check key of the answer exercises: {KEY.relative_to(ROOT)}")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -7,8 +7,9 @@ the whole process group; and captured output cut at a byte limit.
 Isolated, additionally: new network (loopback only), mount, PID and IPC namespaces (no network, no
 view of or signal to the grader's processes, and every process left behind dies with the
 namespace), a root holding only what ``visible()`` lists (the system's programs and libraries, the
-interpreter, its venv, the course's package without its answer-derived files; nothing of the
-checkout around them, of other students' work or of the grader), and the code runs as ``nobody``
+interpreter, its venv, the course's package without its answer-derived files, the grader's
+sandbox-side ``autograders.worker``; nothing of the checkout around them, of other students' work or
+of the rest of the grader), and the code runs as ``nobody``
 with no capabilities. Two ways, probed once (``probe()``):
 
 - ``namespaces``: the grader runs as root on Linux and ``unshare`` works (CI, a grading server); the
@@ -41,7 +42,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-NOBODY = 65534
+NOBODY = 65534  # the user sandboxed code runs as (here and in preload's children)
 
 
 @dataclass(frozen=True)
@@ -266,9 +267,38 @@ def _package_copy() -> Path:
     return copy
 
 
+GRADER = Path(__file__).resolve().parent  # autograders/
+# The grader's files a sandbox sees: its package's docstring and the sandbox-side worker (the runner,
+# its supervisor, the zygote), nothing secret. Never the hidden checks, the engine or the gradebook.
+WORKER_FILES = ("__init__.py", "worker")
+
+
+@functools.cache
+def _worker_copy() -> Path:
+    """``autograders/`` as a sandbox sees it: a copy of WORKER_FILES alone, made once per grader and
+    shown at the package's own path (the sandbox imports ``autograders.worker`` from there)."""
+    import atexit
+    import tempfile
+
+    folder = Path(tempfile.mkdtemp(prefix="gpucourse-worker-"))
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    copy = folder / GRADER.name
+    copy.mkdir()
+    for name in WORKER_FILES:
+        source = GRADER / name
+        if source.is_dir():
+            shutil.copytree(source, copy / name, ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            shutil.copy2(source, copy / name)
+    for path in [folder, *folder.rglob("*")]:
+        path.chmod(0o755 if path.is_dir() else 0o644)
+    return copy
+
+
 def visible() -> list[tuple[str, str]]:
     """Everything a sandbox sees of this machine, as (path inside, source outside): the system's
-    programs and libraries, the interpreter, its venv, the package (a copy without ANSWER_FILES).
+    programs and libraries, the interpreter, its venv, the package (a copy without ANSWER_FILES),
+    the grader's worker (a copy of WORKER_FILES at autograders/'s own path).
     Nothing else: not the checkout around them, its neighbours, /home, /root or /tmp (the sandbox
     has its own /tmp, /dev/shm and /proc, and its working folder at /mnt)."""
     shown = [(path, path) for path in SYSTEM if os.path.lexists(path)]
@@ -277,7 +307,17 @@ def visible() -> list[tuple[str, str]]:
         if not any(folder == Path(p) or folder.is_relative_to(p) for p, _ in shown):
             shown.append((str(folder), str(folder)))
     shown.append((str(package), str(_package_copy())))
+    shown.append((str(GRADER), str(_worker_copy())))
     return shown
+
+
+def _hidden(hide) -> list[Path]:
+    """The ``hide`` folders that lie inside a visible folder, but for one that ``visible()`` shows as a
+    copy of its own (autograders/: the copy holds the worker alone)."""
+    shown = visible()
+    copies = {Path(inside) for inside, source in shown if inside != source}
+    found = [Path(p).resolve() for p in hide]
+    return [p for p in found if p.is_dir() and p not in copies and any(p.is_relative_to(inside) for inside, _ in shown)]
 
 
 def _root_script(workdir: Path, hide: list[Path]) -> list[str]:
@@ -301,10 +341,8 @@ def _root_script(workdir: Path, hide: list[Path]) -> list[str]:
                        f"ln -s {shlex.quote(os.readlink(source))} {target}"]
         elif os.path.isdir(source):
             script += [f"mkdir -p {target}", f"mount --bind {quoted} {target}"]
-    for path in hide:
-        path = Path(path).resolve()
-        if path.is_dir() and any(path.is_relative_to(inside) for inside, _ in visible()):
-            script.append(f"mount -t tmpfs -o size=1m,mode=0755 gpucourse-hidden {shlex.quote(root + str(path))}")
+    for path in _hidden(hide):
+        script.append(f"mount -t tmpfs -o size=1m,mode=0755 gpucourse-hidden {shlex.quote(root + str(path))}")
     script.append(f"mount --bind {shlex.quote(str(workdir.resolve()))} {root}/mnt")
     return script
 
@@ -343,9 +381,8 @@ def _bwrap_command(command: list[str], workdir: Path, hide: list[Path]) -> list[
             args += ["--symlink", os.readlink(source), inside]
         elif os.path.isdir(source):
             args += ["--ro-bind", source, inside]
-    for path in (Path(p).resolve() for p in hide):
-        if path.is_dir() and any(path.is_relative_to(inside) for inside, _ in visible()):
-            args += ["--tmpfs", str(path)]
+    for path in _hidden(hide):
+        args += ["--tmpfs", str(path)]
     args += ["--bind", str(workdir.resolve()), "/mnt", "--chdir", "/mnt", "--"]
     return args + command
 
@@ -359,7 +396,7 @@ def _drain(stream, limits: Limits, kept: list[bytes], counted: list[int]) -> Non
 
 
 class Preloaded:
-    """A preloaded Python (autograders/preload.py) that forks each run instead of starting Python.
+    """A preloaded Python (``autograders.preload``) that forks each run instead of starting Python.
 
     One per grading worker, one run at a time. It is started with the environment its runs get
     (the engine's scrubbed one), imports torch, Lightning and the course's checks once, and then
@@ -374,8 +411,8 @@ class Preloaded:
         self._ready: bool | None = None
         self._sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         with theirs:
-            self._process = subprocess.Popen([sys.executable, "-c", "import preload; preload.main()", str(theirs.fileno())],
-                                             env=self.env, cwd=Path(__file__).parent, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+            self._process = subprocess.Popen([sys.executable, "-m", f"{__package__}.preload", str(theirs.fileno())],
+                                             env=self.env, cwd=GRADER.parent, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                              stderr=subprocess.DEVNULL, pass_fds=(theirs.fileno(),), start_new_session=True)
 
     def _receive(self, timeout: float | None) -> dict | None:

@@ -24,10 +24,10 @@ from typing import Any, Callable, Iterable
 
 import nbformat
 
-from course import PACKAGE, SOLUTIONS
-
 import gpucourse.checks as public
 from gpucourse.checks import self_check
+
+from .course import PACKAGE, SOLUTIONS
 
 KEY = PACKAGE / "checks" / "self_check.json"
 ABOUT = ("Self-check keys for the answer exercises, written by `make release`: "

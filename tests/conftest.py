@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -22,7 +21,6 @@ EXECUTED = ROOT / "build" / "executed"
 SESSION_START = time.time()  # executed notebooks older than this were not made by this pytest run
 
 os.environ.setdefault("GPUCOURSE_OFFLINE", "1")  # never download a dataset in tests; kernels inherit this
-sys.path.insert(0, str(AUTOGRADERS))  # release.py, grade.py and course.py are scripts, not a package
 
 
 # The one notebook `make test-fast` executes (a quick lesson with GPU cells that skip on a CPU); the

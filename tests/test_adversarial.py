@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 
+from autograders import sandbox
 from conftest import AUTOGRADERS, COURSE, ROOT, SOLUTIONS, nbgrader_meta, read
 
 pytestmark = pytest.mark.slow  # grades dozens of attack submissions in sandboxes: `make test`, not `make test-fast`
@@ -31,9 +32,6 @@ NOTEBOOK = "processes_threads.ipynb"
 TESTS = ["test_parallel_map", "test_lines_dataset", "test_choose_tools", "test_average_across_ranks"]
 MARKER = f"gpucourse-adversary-{uuid.uuid4().hex}"
 BESIDE = f"gpucourse-answers-{uuid.uuid4().hex[:8]}"  # a folder beside the checkout, holding a solution
-
-import sandbox  # noqa: E402 - after conftest put autograders/ on the path
-
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -388,7 +386,7 @@ def _attacks(paths: dict[str, Path]) -> dict[str, dict]:
 
 @pytest.fixture(scope="module")
 def battle(tmp_path_factory):
-    import grade
+    from autograders import grade
 
     submissions = tmp_path_factory.mktemp("adversarial-submitted")
     results = tmp_path_factory.mktemp("adversarial-results")
@@ -440,7 +438,7 @@ def test_enough_attacks():
 
 def test_the_plan_names_every_forgery():
     """Without the sandbox: the scan finds each forgery (which zeroes the submission), and nothing in an honest one."""
-    import assemble
+    from autograders import assemble
 
     missed = []
     for name, attack in _attacks(_no_paths()).items():

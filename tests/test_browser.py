@@ -14,7 +14,7 @@ import subprocess
 
 import pytest
 
-import classroom
+from autograders import classroom
 from browser import chrome, chromium_paths, screenshot_on_failure
 from conftest import ROOT
 from labserver import serve

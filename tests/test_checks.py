@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-import assemble
+from autograders import assemble
 from conftest import AUTOGRADERS, COURSE, ROOT, SOLUTIONS, nbgrader_meta, notebooks, read
 from gpucourse import checks
 from gpucourse.checks import ddp
@@ -115,7 +115,7 @@ def test_a_wrong_type_says_what_it_must_be(capsys):
 
 def test_every_check_public_and_hidden_says_what_to_define():
     """On an empty notebook every case, public or hidden, of every assignment asks for its answer by name."""
-    import engine
+    from autograders import engine
 
     _all_exercises()
     for path in sorted(AUTOGRADERS.glob("checks/*.py")):
@@ -129,7 +129,7 @@ def test_every_check_public_and_hidden_says_what_to_define():
 
 
 def test_the_grader_reports_a_missing_answer_in_the_same_words():
-    import engine
+    from autograders import engine
 
     observer = "def observe(ns):\n    from gpucourse.checks import answer\n    return answer(ns, 'choices')\n"
     records = _run_runner({"cells": [{"source": "chioces = {}", "grade_id": "choose_tools"}],
@@ -200,7 +200,7 @@ def test_script_source_comes_from_the_notebook_cells_that_define_it():
 def _run_runner(job: dict) -> list[dict]:
     """The runner's records up to its "done" (read until then: a process it left behind may hold the pipe open)."""
     read_end, write_end = os.pipe()
-    proc = subprocess.Popen([sys.executable, "-m", "gpucourse.checks.runner", str(write_end)], stdin=subprocess.PIPE,
+    proc = subprocess.Popen([sys.executable, "-m", "autograders.worker", str(write_end)], stdin=subprocess.PIPE,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, pass_fds=(write_end,))
     os.close(write_end)
     proc.communicate(json.dumps(job).encode(), timeout=120)
@@ -430,8 +430,8 @@ def test_symlinks_are_not_followed(tmp_path):
 def test_one_declaration_per_exercise_drives_notebooks_hidden_checks_and_readme():
     """register() is the one place an exercise is declared: its notebook has the answer cell and a test
     cell with the declared points, its hidden cases join it by name, the README's table is written from it."""
-    import engine
-    import release
+    from autograders import engine
+    from autograders import release
 
     for source in notebooks(SOLUTIONS):
         assignment = source.parent.name
@@ -451,7 +451,7 @@ def test_one_declaration_per_exercise_drives_notebooks_hidden_checks_and_readme(
 # --- every fixture judged in this process: its exercise's public and hidden cases, as the grader judges them
 
 def _fixture_params():
-    import classroom
+    from autograders import classroom
 
     return [pytest.param(kind, exercise, path, id=f"{assignment}/{kind}/{path.stem}")
             for assignment, kind, exercise, path in classroom.fixtures()]
@@ -461,7 +461,7 @@ def judge_answer(exercise: str, source: str, filename: str = "<answer>") -> list
     """The ✗ lines the grader's judges give an answer cell ``source`` of ``exercise`` (observed here, not
     in the sandbox: quick enough for one lesson's fixtures, ``-k lesson04``). ``filename``: a file that
     holds ``source``, for code that reads its own source (Triton's ``@jit``)."""
-    import engine
+    from autograders import engine
 
     assignment = checks.EXERCISES[exercise].assignment if exercise in checks.EXERCISES else None
     hidden = engine.load_checks(assignment or next(e.assignment for e in checks.exercises() if e.name == exercise))
@@ -480,7 +480,7 @@ def judge_answer(exercise: str, source: str, filename: str = "<answer>") -> list
 
 
 def _judge_in(ns, hidden, exercise, source, filename):
-    import engine
+    from autograders import engine
 
     try:
         exec(compile(source, filename, "exec"), ns)
@@ -503,7 +503,7 @@ def _judge_in(ns, hidden, exercise, source, filename):
 @pytest.mark.parametrize("kind, exercise, path", _fixture_params())
 def test_fixture_judged_in_process_as_its_first_line_says(kind, exercise, path):
     """A wrong fixture fails with a ✗ line holding its first line's reason, a right one passes every case."""
-    import classroom
+    from autograders import classroom
 
     checks.exercises()
     failures = judge_answer(exercise, path.read_text(), str(path))
@@ -531,7 +531,7 @@ def test_every_observer_is_self_contained():
     import builtins
     import inspect
 
-    import engine
+    from autograders import engine
 
     leaks = []
     for exercise in checks.exercises():

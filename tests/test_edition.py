@@ -23,14 +23,14 @@ TOP_LEVEL = {".git", ".gitignore", "LICENSE", "Makefile", "README.md", "course",
 
 @pytest.fixture(scope="module")
 def edition():
-    from course import load_edition
+    from autograders.course import load_edition
 
     return load_edition()
 
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory, edition) -> Path:
-    from publish import publish
+    from autograders.publish import publish
 
     return publish(tmp_path_factory.mktemp("edition") / "student-edition", edition)
 
@@ -54,7 +54,7 @@ def test_the_edition_holds_exactly_the_student_files(built):
     assert [p.name for p in (built / "src").iterdir()] == ["gpucourse"]
     assert [p.relative_to(built / "course") for p in notebooks(built / "course")] == \
         [p.relative_to(COURSE) for p in notebooks(COURSE)]
-    from publish import KEY_NAME, self_check_on
+    from autograders.publish import KEY_NAME, self_check_on
 
     package = {p.relative_to(ROOT / "src"): p.read_bytes() for p in (ROOT / "src" / "gpucourse").rglob("*")
                if p.is_file() and "__pycache__" not in p.parts and (p.name != KEY_NAME or self_check_on())}
@@ -181,8 +181,8 @@ def test_every_install_estimate_comes_from_the_one_measured_table(built):
 
 
 def test_publish_refuses_notebooks_released_for_another_home(tmp_path, edition):
-    from course import Edition
-    from publish import publish
+    from autograders.course import Edition
+    from autograders.publish import publish
 
     with pytest.raises(SystemExit, match="make release"):
         publish(tmp_path / "out", Edition(home="someone-else/their-course", ref=edition.ref, version=edition.version))

@@ -26,9 +26,9 @@ import pytest
 
 from conftest import COURSE, SOLUTIONS, nbgrader_meta
 
-import engine  # noqa: E402 - after conftest put autograders/ on the path
-import grade  # noqa: E402
-import record  # noqa: E402
+from autograders import engine
+from autograders import grade
+from autograders import record
 
 ASSIGNMENT = "quiz_gpu_data_parallel"
 RELEASED = COURSE / ASSIGNMENT / "quiz.ipynb"
@@ -208,7 +208,7 @@ def quiz_gradebook(tmp_path_factory) -> Path:
 
 
 def test_late_penalty_through_nbgrader_plugin(tmp_path, quiz_gradebook):
-    from course import load_config
+    from autograders.course import load_config
 
     work = tmp_path / "nbgrader"
     work.mkdir()
@@ -246,8 +246,8 @@ def test_late_penalty_through_nbgrader_plugin(tmp_path, quiz_gradebook):
 
 def test_formgrader_shows_the_configured_due_dates(tmp_path, quiz_gradebook, monkeypatch):
     """`make formgrader` writes the course config's due dates into the course gradebook, as `make grade` does."""
-    import formgrader
-    from course import load_config
+    from autograders import formgrader
+    from autograders.course import load_config
     from nbgrader.api import Gradebook
 
     db = tmp_path / "gradebook.db"
@@ -264,7 +264,7 @@ def test_formgrader_shows_the_configured_due_dates(tmp_path, quiz_gradebook, mon
 
 
 def test_a_due_date_nbgrader_cannot_read_stops_grading():
-    from course import load_config
+    from autograders.course import load_config
 
     config = load_config()
     config.DueDates.duedates = {ASSIGNMENT: "the fifth of October"}

@@ -41,7 +41,7 @@ FORGERIES = [pytest.param(f, id=f"empty{i}") for i, f in enumerate(EMPTY)] + \
 
 
 def _every_case():
-    import engine
+    from autograders import engine
 
     params = []
     for exercise in checks.exercises():
@@ -54,7 +54,7 @@ def _every_case():
 def _fails(case, data) -> bool:
     import copy
 
-    import engine
+    from autograders import engine
 
     return engine._judge(case, {"ok": True, "data": copy.deepcopy(data)}) is not None
 
@@ -126,7 +126,7 @@ SHAPED = {
 
 
 def _case_named(exercise: str, words: str):
-    import engine
+    from autograders import engine
 
     declared = next(e for e in checks.exercises() if e.name == exercise)
     found = [c for _, c in engine.cases_for(engine.load_checks(declared.assignment), exercise) if words in c.name]

@@ -1,7 +1,8 @@
-"""Graded launches forked from the runner's clean copy (gpucourse.checks.forked_launch) and the rank
-harness that runs the student's script in them (gpucourse.checks.ddp_harness): same reports as
-torchrun, no rank left behind at a timeout, and what the student's source patches or imports does
-not reach the driver.
+"""Graded launches forked from the runner's clean copy (autograders.worker.zygote) and the rank
+that runs the student's script in them (autograders.worker.rank: gpucourse.checks.ddp_harness,
+protected): same reports as torchrun, no rank left behind at a timeout, and what the student's source
+patches or imports does not reach the driver; the same protection when the grader starts real
+torchrun on that rank.
 
 The launches run in one fresh Python, one after another, as a submission's cases run in the runner
 (the copy is forked from a process with one thread, as the runner is when it starts; pytest's own
@@ -17,6 +18,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from conftest import ROOT
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="forking the launcher needs Linux")
 
@@ -46,23 +48,23 @@ LAUNCH = """
 import json, os, sys, time
 scenarios = json.loads(sys.argv[1])
 sys.path.insert(0, scenarios[0]["folder"])
-from gpucourse.checks import runner, forked_launch
+from autograders.worker import runner, zygote
 runner.import_course()
 import test_driver
-from gpucourse.launch import _descendants
-assert forked_launch.start(), "the copy did not start"
+from gpucourse.launch import descendants
+assert zygote.start(), "the copy did not start"
 results = {}
 for scenario in scenarios:
     folder = scenario["folder"]
     started = time.perf_counter()
-    result = forked_launch.launch([folder + "/student.py", folder, "test_driver:drive"], nproc=2,
+    result = zygote.launch([folder + "/student.py", folder, "test_driver:drive"], nproc=2,
                                   timeout=scenario["timeout"], cwd=folder)
     time.sleep(0.3)
     results[scenario["name"]] = {"returncode": result.returncode, "timed_out": result.timed_out,
                                  "output": result.output[-3000:], "seconds": time.perf_counter() - started,
                                  "ranks": {str(k): v for k, v in result.reports.items()},
                                  "files": sorted(n for n in os.listdir(folder) if n.startswith("rank")),
-                                 "left": sorted(_descendants(forked_launch._ZYGOTE["pid"]))}
+                                 "left": sorted(descendants(zygote._ZYGOTE["pid"]))}
 print(json.dumps(results))
 """
 
@@ -81,10 +83,15 @@ SCENARIOS = {
         def contribution(rank):
             return 1.0
     """, 120, None),
+    "imports_worker": ("""
+        import autograders.worker.runner
+        def contribution(rank):
+            return 1.0
+    """, 120, None),
     "forges_reports": ("""
         import gc, json, os, stat, sys
         forged = json.dumps({"rank": 1, "world": 2, "total": 3.0, "forged": True}) + "\\n"
-        launcher = next(o for o in gc.get_objects() if type(o) is dict and o.get("__name__") == "gpucourse.checks.forked_launch")
+        launcher = next(o for o in gc.get_objects() if type(o) is dict and o.get("__name__") == "autograders.worker.zygote")
         for fd in launcher["_REPORT_FDS"]:  # every rank's report pipe, as the launcher had them
             try:
                 if stat.S_ISFIFO(os.fstat(fd).st_mode):
@@ -122,7 +129,7 @@ def launched(tmp_path_factory) -> dict:
             (folder / "inputs.json").write_text(json.dumps(inputs))
         scenarios.append({"name": name, "folder": str(folder), "timeout": timeout})
     done = subprocess.run([sys.executable, "-c", LAUNCH, json.dumps(scenarios)], capture_output=True, text=True,
-                          timeout=600, env={**os.environ, "OMP_NUM_THREADS": "1"})
+                          timeout=600, env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)})
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -152,6 +159,44 @@ def test_the_checks_cannot_be_imported_from_the_source(launched):
     assert result["ranks"] == {}
 
 
+def test_the_grader_cannot_be_imported_from_the_source(launched):
+    result = launched["imports_worker"]
+    assert result["returncode"] not in (0, None)
+    assert "autograders.worker.runner is not available while grading" in result["output"], result["output"]
+    assert result["ranks"] == {}
+
+
+@pytest.mark.slow
+def test_torchrun_on_the_graded_rank_protects_it_too(tmp_path):
+    """Where the runner could not fork its clean copy, graded launches start real torchrun on
+    autograders.worker.rank (ddp.LAUNCHER): the same gate and snapshot around the student's source."""
+    for name in ("imports_worker", "patches"):
+        folder = tmp_path / name
+        folder.mkdir()
+        (folder / "test_driver.py").write_text(DRIVER)
+        (folder / "student.py").write_text(textwrap.dedent(SCENARIOS[name][0]))
+    code = textwrap.dedent('''
+        import json, sys
+        from autograders.worker import rank
+        out = {}
+        for folder in sys.argv[1:]:
+            result = rank.torchrun([folder + "/student.py", folder, "test_driver:drive"], nproc=2, timeout=240, cwd=folder)
+            out[folder] = {"returncode": result.returncode, "output": result.output[-3000:]}
+        print(json.dumps(out))
+    ''')
+    folders = [str(tmp_path / "imports_worker"), str(tmp_path / "patches")]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join([str(ROOT), folders[1]])}
+    done = subprocess.run([sys.executable, "-c", code, *folders], capture_output=True, text=True, timeout=600, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    results = json.loads(done.stdout.strip().splitlines()[-1])
+    refused, patched = results[folders[0]], results[folders[1]]
+    assert refused["returncode"] not in (0, None)
+    assert "is not available while grading" in refused["output"], refused["output"]
+    assert patched["returncode"] == 0, patched["output"]
+    reports = [json.loads((tmp_path / "patches" / f"rank{r}.json").read_text()) for r in (0, 1)]
+    assert all(r["dumps_is_real"] and r["helper_is_real"] for r in reports), reports
+
+
 def test_a_rank_cannot_report_for_another(launched):
     """Each rank holds only its own report pipe: a forged line reaches its own report alone (two
     reports read as unreadable), never another rank's; report files count for nothing."""
@@ -173,7 +218,7 @@ def test_a_launch_out_of_time_leaves_nothing_behind(launched):
 
 
 def test_the_supervisor_passes_on_only_listed_scripts_with_their_driver_and_a_bounded_world_size():
-    from gpucourse.checks import supervisor
+    from autograders.worker import supervisor
 
     sup = object.__new__(supervisor.Supervisor)  # only its list of launches matters here
     sup.launches = {"print('answer')": ("gpucourse.checks.lesson07:drive", 2)}

@@ -24,7 +24,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-import classroom
+from autograders import classroom
 from conftest import FIXTURES, ROOT, SOLUTIONS, nbgrader_meta, notebooks, read
 
 pytestmark = pytest.mark.slow  # grades the whole class of fixtures and `make grade`'s round trip: `make test`, not `make test-fast`
@@ -55,7 +55,7 @@ def _copy(source: Path, pairs, folder: Path) -> Path:
 
 @pytest.fixture(scope="module")
 def engine_graded(whole_class, tmp_path_factory):
-    import grade
+    from autograders import grade
 
     source, _, expected = whole_class
     batch, graded = grade.engine_only(_copy(source, expected, tmp_path_factory.mktemp("engine-submitted")))
@@ -244,7 +244,7 @@ def test_grade_without_arguments_explains_itself():
 
 def test_validate_button_passes_correct_code_that_warns(tmp_path):
     """The students' Validate button runs the same executor: warnings are not failures there either."""
-    from course import load_config
+    from autograders.course import load_config
     from nbgrader.validator import Validator
 
     source = SOLUTIONS / "quiz_gpu_data_parallel" / "quiz.ipynb"  # the quickest notebook to run twice
@@ -268,7 +268,7 @@ def test_validate_button_passes_correct_code_that_warns(tmp_path):
 def test_grading_bench_reports_a_ratio(tmp_path):
     import json
 
-    import bench_grading
+    from autograders import bench_grading
 
     assert bench_grading.main(["--out", str(tmp_path), "--limit", "2", "--only", "quiz_gpu_data_parallel"]) == 0
     results = json.loads((tmp_path / "grading.json").read_text())
@@ -282,8 +282,8 @@ def test_written_answers_wait_for_a_person_and_count_once_graded(graded, tmp_pat
     """What Formgrader does: a manual score on the written answer, then `nbgrader export` counts it."""
     from nbgrader.api import Gradebook
 
-    from course import load_config
-    from grade import export
+    from autograders.course import load_config
+    from autograders.grade import export
 
     _, results, _ = graded
     work = results / "nbgrader"
@@ -310,8 +310,8 @@ def test_honest_answers_keep_their_points_under_load(tmp_path):
     import os
     import sys
 
-    import grade
-    import sandbox
+    from autograders import grade
+    from autograders import sandbox
 
     lessons = ["lesson01_processes_threads", "lesson07_ddp_scripts"]
     for student in ("ada", "bo"):

@@ -141,7 +141,7 @@ def test_formgrader_lists_the_course_as_released(instructor_lab):
 
 
 def test_formgrader_preparation_is_idempotent(instructor_lab):
-    import formgrader
+    from autograders import formgrader
 
     formgrader.register(), formgrader.publish()  # up to date, even if course/ changed since the server started
     assert formgrader.register() == [] and formgrader.publish() == [], "a second run redid the work"

@@ -132,7 +132,7 @@ def test_a_launch_that_fails_for_the_machine_is_tried_again_then_reported(monkey
     from gpucourse.checks import ddp
 
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "autograders"))
-    import engine
+    from autograders import engine
 
     failures = ["torch.distributed.elastic.rendezvous.api.RendezvousConnectionError: The connection to the C10d store has failed.",
                 "RuntimeError: cannot join thread before it is started"]

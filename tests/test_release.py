@@ -20,7 +20,7 @@ def test_there_is_something_to_release():
 
 
 def test_course_equals_a_fresh_release(tmp_path):
-    from release import release
+    from autograders.release import release
 
     release(SOLUTIONS, tmp_path / "course")
     fresh = sorted(p.relative_to(tmp_path / "course") for p in (tmp_path / "course").rglob("*") if p.is_file())
@@ -33,7 +33,7 @@ def test_course_equals_a_fresh_release(tmp_path):
 
 def test_self_check_key_equals_a_fresh_build():
     """src/gpucourse/checks/self_check.json is what `make release` derives from solutions/ (keeping its salts)."""
-    from self_check_key import KEY, build_key, render, salts_of
+    from autograders.self_check_key import KEY, build_key, render, salts_of
 
     assert KEY.is_file(), "no self-check key: run `make release`"
     assert KEY.read_text() == render(build_key(SOLUTIONS, salts_of(KEY))), \
@@ -77,7 +77,7 @@ def test_committed_notebooks_carry_no_outputs(path):
 
 
 def _edition():
-    from course import load_edition
+    from autograders.course import load_edition
 
     return load_edition()
 
@@ -124,8 +124,8 @@ def test_a_fork_retargets_every_badge_and_setup_cell(tmp_path):
     """Change edition.toml's home, release: every notebook in solutions/ and course/ follows."""
     import shutil
 
-    from course import load_edition
-    from release import release
+    from autograders.course import load_edition
+    from autograders.release import release
 
     config = tmp_path / "edition.toml"
     config.write_text('[student-edition]\nhome = "someone-else/their-course"\nref = "v{version}"\n')
@@ -144,7 +144,7 @@ def test_a_fork_retargets_every_badge_and_setup_cell(tmp_path):
             assert old not in path.read_text(), f"{path} still points at {old}"
     for path, original in before.items():
         assert read(path).cells[2:] == original.cells[2:], "stamping changes the badge and setup cell only"
-    from release import stamp_pyproject
+    from autograders.release import stamp_pyproject
 
     pyproject = tmp_path / "pyproject.toml"
     shutil.copy(ROOT / "pyproject.toml", pyproject)

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-import sandbox
+from autograders import sandbox
 from conftest import ROOT
 
 pytestmark = pytest.mark.slow  # starts isolated sandboxes, as root and as nobody: `make test`, not `make test-fast`
@@ -321,7 +321,10 @@ def test_the_allow_list_is_one_list_without_answers():
     shown = dict(sandbox.visible())
     assert shown[str(package)] != str(package)
     assert not any((Path(shown[str(package)]) / name).exists() for name in sandbox.ANSWER_FILES)
-    assert (Path(shown[str(package)]) / "checks" / "runner.py").is_file()
+    worker = Path(shown[str(sandbox.GRADER)])  # the grader's folder, as a copy of its worker alone
+    assert worker != sandbox.GRADER and (worker / "worker" / "runner.py").is_file()
+    assert sorted(p.name for p in worker.iterdir()) == ["__init__.py", "worker"]
+    assert not list(worker.rglob("checks")) and not list(worker.rglob("engine.py"))
     for inside in shown:
         assert not ROOT.is_relative_to(inside) or inside == str(ROOT), f"{inside} shows the checkout around the package"
         assert inside not in ("/", "/home", "/root", "/tmp", "/work", "/var")

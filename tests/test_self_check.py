@@ -55,7 +55,7 @@ def key() -> dict:
 
 @pytest.fixture(scope="module")
 def accepted() -> dict[str, list]:
-    from self_check_key import accepted_answers
+    from autograders.self_check_key import accepted_answers
 
     return {e.name: accepted_answers(SOLUTIONS, e) for e in ANSWER_EXERCISES}
 
@@ -171,15 +171,15 @@ def test_code_exercises_say_nothing_of_self_check(capsys):
 
 
 def test_while_grading_check_is_replaced_and_says_nothing_of_self_check(capsys):
-    from gpucourse.checks.runner import _check_while_grading
+    from autograders.worker.snapshot import _check_while_grading
 
     _check_while_grading("q1", {"q1": "a"})
     assert "self-check" not in capsys.readouterr().out
 
 
 def test_publish_keeps_or_leaves_out_the_key(tmp_path):
-    from course import load_edition
-    from publish import self_check_on, publish
+    from autograders.course import load_edition
+    from autograders.publish import self_check_on, publish
 
     edition = load_edition()
     key = ("src", "gpucourse", "checks", "self_check.json")
@@ -216,7 +216,7 @@ def _quiz_copy(tmp_path, q1: str):
 
 
 def test_the_key_follows_the_solutions_as_the_grader_reads_them(tmp_path, key):
-    from self_check_key import build_key
+    from autograders.self_check_key import build_key
 
     salts = {name: entry["salt"] for name, entry in key["exercises"].items()}
     solution = next(v for v in _ns(__import__("self_check_key").answer_cell_source(SOLUTIONS, BY_NAME["q1"])).values()
@@ -230,7 +230,7 @@ def test_the_key_follows_the_solutions_as_the_grader_reads_them(tmp_path, key):
 
 
 def test_releasing_one_assignment_rebuilds_its_entries_and_keeps_the_others(key):
-    from self_check_key import build_key
+    from autograders.self_check_key import build_key
 
     salts = {name: entry["salt"] for name, entry in key["exercises"].items()}
     assert build_key(SOLUTIONS, salts, only="lesson01_processes_threads", old=key) == key

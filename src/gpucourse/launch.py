@@ -40,7 +40,7 @@ class Launch:
     reports: dict | None = None  # the ranks' records by rank, when they came through pipes (forked launches)
 
 
-def _descendants(pid: int) -> set[int]:
+def descendants(pid: int) -> set[int]:
     """Every living process below ``pid``, from the parent links in /proc (psutil where there is none)."""
     children: dict[int, list[int]] = {}
     if os.path.isdir("/proc/self"):
@@ -68,7 +68,8 @@ def _descendants(pid: int) -> set[int]:
     return found
 
 
-def _signal(pids, number: int) -> None:
+def signal_all(pids, number: int) -> None:
+    """Send signal ``number`` to each of ``pids`` that still lives (kill_tree; the grader's supervisor)."""
     for pid in pids:
         try:
             os.kill(pid, number)
@@ -84,12 +85,12 @@ def kill_tree(pid: int, spare: set[int] = frozenset()) -> int:
 
     ``pid`` may be this process (the grading runner, after a cell ran out of time): then what is below
     it goes, and it stays. ``spare``: processes left running, with everything below them."""
-    spared = set(spare).union(*(_descendants(p) for p in spare))
-    tree, stopped = ({pid} - {os.getpid()}) | (_descendants(pid) - spared), set()
+    spared = set(spare).union(*(descendants(p) for p in spare))
+    tree, stopped = ({pid} - {os.getpid()}) | (descendants(pid) - spared), set()
     while tree - stopped:  # stop from the top, look again for children started meanwhile
-        _signal(tree - stopped, signal.SIGSTOP)
+        signal_all(tree - stopped, signal.SIGSTOP)
         stopped |= tree
-        tree |= _descendants(pid) - spared
+        tree |= descendants(pid) - spared
     groups = set()
     for pid in tree:
         try:
@@ -101,7 +102,7 @@ def kill_tree(pid: int, spare: set[int] = frozenset()) -> int:
             os.killpg(group, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
-    _signal(tree, signal.SIGKILL)
+    signal_all(tree, signal.SIGKILL)
     return len(tree)
 
 

@@ -6,8 +6,10 @@ of ``gpucourse.checks.ddp_harness`` (gloo on CPU, NCCL when there are GPUs) on a
 rank runs the exercise's *driver* on the student's code and writes what it found to
 ``rank<N>.json``; a judge then compares all ranks' files, not a line that rank 0 printed. The launch
 and the reading are the lessons' own (``gpucourse.launch``): a launch that runs out of time takes
-every rank with it. While grading, the same launch forks its launcher and ranks from a clean copy of
-the runner instead of starting Pythons (``forked_launch``): same harness, environment and reports.
+every rank with it. While grading, the grader installs its own launcher as ``LAUNCHER``: it forks
+the launcher and ranks from a clean copy of its runner instead of starting Pythons, and protects
+each rank as it protects the cells (same harness, environment and reports). This module imports
+nothing of the grader.
 """
 
 from __future__ import annotations
@@ -19,12 +21,16 @@ import re
 import tempfile
 from pathlib import Path
 
-from gpucourse.checks import forked_launch
 from gpucourse.launch import read_rank_reports, torchrun
 
 WORLD_SIZE = 2
 SCRIPT_TIMEOUT = 180  # seconds for the whole launch; collectives time out sooner (harness)
 HEADER = "import os\nimport torch\nimport torch.distributed as dist\n\n"
+# Where graded launches go: None outside grading (``torchrun -m gpucourse.checks.ddp_harness``); while
+# grading, what the grader's worker installed: ``LAUNCHER(target, nproc=, timeout=, cwd=, source=)``
+# returning a ``gpucourse.launch.Launch`` (the grader's: a launch forked from its runner's clean copy, or
+# torchrun on its protected rank). The runner's snapshot holds it, so a student cell cannot change it.
+LAUNCHER = None
 
 
 def _defined_names(source: str) -> set[str]:
@@ -130,8 +136,8 @@ def _launch_once(source: str, world_size: int, driver: str, inputs=None) -> tupl
         if inputs is not None:
             (work / "inputs.json").write_text(json.dumps(inputs))
         target = [str(work / "student.py"), str(work), driver]
-        if forked_launch.available():  # grading: ranks forked from the runner's clean copy, no Python started
-            launch = forked_launch.launch(target, nproc=world_size, timeout=SCRIPT_TIMEOUT, cwd=str(work), source=source)
+        if LAUNCHER is not None:  # grading: the grader's launcher
+            launch = LAUNCHER(target, nproc=world_size, timeout=SCRIPT_TIMEOUT, cwd=str(work), source=source)
         else:
             launch = torchrun(["-m", "gpucourse.checks.ddp_harness", *target], nproc=world_size,
                               timeout=SCRIPT_TIMEOUT, cwd=work)

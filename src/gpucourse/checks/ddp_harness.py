@@ -9,14 +9,17 @@ argument) and returns this rank's record (plain data), written to
 handed this rank alone (``report``). Drivers that use torch.distributed directly start the process group with
 ``init_process_group()`` (the lessons' own, from gpucourse.launch); Lightning drivers let the Trainer start it.
 
-A rank protects what it observes as the runner does (gpucourse.checks.runner): the student's source
-runs with the modules of ``gpucourse.checks`` closed, and whatever it or the student's functions
-patch in the course, torch, Lightning, numpy or the standard library is put back before the driver
-runs and again before the record is written.
+``protect``: while grading, the grader's own rank entry point (which wraps this one) passes a
+factory whose object has two context managers, ``source()`` around running the student's source and
+``driver()`` around the driver (made after the driver's module is imported). The grader's closes the
+checks' modules while the source runs and puts back whatever the student's code patched, as its
+runner does around every cell. A student's own ``check()`` runs this module unprotected: no adversary
+there. This module imports nothing of the grader.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import json
 import os
@@ -27,27 +30,18 @@ from pathlib import Path
 from gpucourse.launch import COLLECTIVE_TIMEOUT, gpu_per_rank, init_process_group  # noqa: F401
 
 
-def main(student: str, out: str, driver: str, report: int | None = None) -> None:
-    from gpucourse.checks import runner
-
+def main(student: str, out: str, driver: str, report: int | None = None, protect=None) -> None:
     module, function = driver.split(":")
     drive = getattr(importlib.import_module(module), function)
     inputs = Path(out, "inputs.json")  # what the case generated for the driver, when it did
     given = json.loads(inputs.read_text()) if inputs.is_file() else None
     dumps, write = json.dumps, Path(out, f"rank{os.environ['RANK']}.json").write_text
-    gate = runner.Gate()  # the snapshot holds what is loaded now: the driver's module and what it imported
-    gate.close()
-    taken = runner.Snapshot(closed=gate.modules)
+    guard = protect() if protect is not None else None  # after the driver's import: its snapshot holds the driver
     namespace = {"__name__": "student"}
-    try:
+    with guard.source() if guard else contextlib.nullcontext():
         exec(compile(Path(student).read_text(), student, "exec"), namespace)
-    finally:
-        taken.restore()
-        gate.open()
-    try:
+    with guard.driver() if guard else contextlib.nullcontext():
         record = drive(namespace) if given is None else drive(namespace, given)
-    finally:
-        taken.restore()  # the student's functions ran inside the driver
     if report is None:
         write(dumps(record))
         return

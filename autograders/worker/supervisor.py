@@ -1,10 +1,10 @@
 """The runner's supervisor: the process of the sandbox that holds the results and never runs student code.
 
-    python -m gpucourse.checks.runner RESULTS_FD OBSERVERS_FD < job.json   (see gpucourse.checks.runner)
+    python -m autograders.worker RESULTS_FD OBSERVERS_FD < job.json   (see ``runner``, beside this)
 
 It reads the job (the cells), imports the course, installs the audit hook that refuses every other
 (``runner.install_audit_guard``), forks the clean copy for multi-process launches
-(``forked_launch``), then forks a *worker* (``runner._work``) that runs the cells and reports each
+(``zygote``), then forks a *worker* (``runner._work``) that runs the cells and reports each
 one to it. It checks that every message comes in turn, writes the records the grader reads, and
 watches the worker from outside: a cell or check that does not stop at its own alarm is stopped
 (the worker and everything below it killed) and a fresh worker runs the cells before it again,
@@ -25,9 +25,10 @@ import time
 import traceback
 
 from gpucourse import launch
-from gpucourse.checks import forked_launch
-from gpucourse.checks.runner import (OUTPUT_LIMIT, Channel, _reap, _work, become_subreaper, import_course,
-                                     install_audit_guard)
+
+from . import zygote as clean_copy  # (the name `zygote` is the Supervisor's channel to it)
+from .forking import Channel, wait
+from .runner import OUTPUT_LIMIT, _reap, _work, become_subreaper, import_course, install_audit_guard
 
 
 GRACE = 10.0  # seconds a cell or check may overrun its own alarm before it is stopped from outside
@@ -53,7 +54,7 @@ class Supervisor:
         self.restarts = 0
         self.worker: dict | None = None
         self.launches = self._launches()
-        self.zygote = forked_launch.channel()  # None once the copy is gone
+        self.zygote = clean_copy.channel()  # None once the copy is gone
         self.pending: dict[str, int | None] = {}  # launches asked of the copy and not yet ended: id -> launcher pid
 
     def _launches(self) -> dict[str, tuple[str, int]]:
@@ -89,7 +90,7 @@ class Supervisor:
                 os.close(up_r)
                 os.close(down_w)
                 _work(self.cells, self.cell_seconds, self.observe_seconds, start, set(self.skipped), up_w, down_r,
-                      namespace_init=os.getpid() == 1, zygote=next(iter(forked_launch.pids()), None))
+                      namespace_init=os.getpid() == 1, zygote_pid=next(iter(clean_copy.pids()), None))
             except BaseException:
                 traceback.print_exc()
             finally:
@@ -112,11 +113,11 @@ class Supervisor:
         deadline = time.monotonic() + 10
         while True:
             _reap()
-            copy = forked_launch.pids() | set().union(*map(launch._descendants, forked_launch.pids()))
-            left = launch._descendants(os.getpid()) - copy
+            copy = clean_copy.pids() | set().union(*map(launch.descendants, clean_copy.pids()))
+            left = launch.descendants(os.getpid()) - copy
             if not left or time.monotonic() > deadline:
                 break
-            launch._signal(left, signal.SIGKILL)
+            launch.signal_all(left, signal.SIGKILL)
             time.sleep(0.01)
         for pid in copy:  # thawed, if the freeze above stopped them
             with contextlib.suppress(OSError):
@@ -155,7 +156,7 @@ class Supervisor:
             count = len(os.listdir(f"/proc/{pid}/task"))
             if threads and count != 1:
                 found.append(f"{count - 1} threads were left running")
-        children = launch._descendants(pid)
+        children = launch.descendants(pid)
         if children:
             found.append(f"{len(children)} processes were left running")
         return found
@@ -248,7 +249,7 @@ class Supervisor:
         zygote, pending = self.zygote, self.pending
         while True:
             channels = [self.worker["up"]] + ([zygote] if zygote is not None else [])
-            found = forked_launch.wait(channels, max(deadline - time.monotonic(), 0))
+            found = wait(channels, max(deadline - time.monotonic(), 0))
             if found is None:
                 self.zygote = zygote
                 return None, []
@@ -275,7 +276,7 @@ class Supervisor:
                     raise ProtocolError("a check ended while its launch ran")
                 return message["record"], [str(p) for p in message.get("problems", [])] or self._external_problems(threads=False)
             if kind == "launch" and self._allowed(message) and zygote is not None:
-                forked_launch.request(message)
+                clean_copy.request(message)
                 pending[str(message["id"])] = None
                 continue
             raise ProtocolError(f"{kind!r} out of turn")
@@ -341,7 +342,7 @@ def main(results_fd: int, observers_fd: int | None = None) -> None:
     import_course()
     become_subreaper()
     install_audit_guard()
-    forked_launch.start(close=(results_fd, observers_fd))  # graded launches fork from this clean state, before any cell runs
+    clean_copy.start(close=(results_fd, observers_fd))  # graded launches fork from this clean state, before any cell runs
 
     def emit(record: dict) -> None:
         data = memoryview((json.dumps(record) + "\n").encode())

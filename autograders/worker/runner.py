@@ -1,6 +1,6 @@
 """The grader's sandbox side: run a submission's cells, then the observers; report plain data.
 
-    python -m gpucourse.checks.runner RESULTS_FD OBSERVERS_FD < job.json
+    python -m autograders.worker RESULTS_FD OBSERVERS_FD < job.json
 
 ``job.json``: ``{"cells": [{"source", "grade_id"}], "cell_seconds", "observe_seconds"}``; the
 observers (``[{"case", "source", "function"}]``) come on OBSERVERS_FD, read only once the cells are
@@ -10,7 +10,7 @@ observer, in order (``{"case", "ok", "data" | "error"}``; ``"answer": true`` whe
 missing or mistyped answer, whose message already says what to define); ``{"type": "flag",
 "reason"}`` when the run was refused or forged; then ``{"type": "done"}``.
 
-Two processes (see the grader's threat model): the *supervisor* (``gpucourse.checks.supervisor``) holds
+Two processes (see the grader's threat model): the *supervisor* (``supervisor``, beside this) holds
 the results and the observers and never runs student code; it forks a *worker* (``_work``, here) that runs
 the cells and then, one at a time, the observers it is sent, and watches it from outside.
 
@@ -18,19 +18,24 @@ Why it looks like this:
 - no IPython: a student cell cannot install input transformers or pre-run hooks that rewrite the
   code run after it (``get_ipython`` does not exist here);
 - every module of ``gpucourse`` is imported before student code runs; then every loaded module of
-  ``gpucourse``, torch, Lightning, numpy and the standard library is snapshotted (its dict and class),
-  with the dicts of the classes defined there, the code and defaults of their Python functions, the
-  ``sys.modules`` entries and the import system's lists; after every cell whatever changed is put back
-  (compared by identity), so patching ``os.getpid``, ``torch.Tensor.tolist``, a course helper or a
-  check module reaches neither the runner nor the observers;
-- while student cells run, the modules of ``gpucourse.checks`` (the public checks, the harnesses,
-  this runner) cannot be imported: ``import gpucourse.checks.lesson10`` raises ImportError; the
-  package itself stays, with ``check`` only saying that the grader runs the checks;
+  ``gpucourse``, this worker, torch, Lightning, numpy and the standard library (``trust``) is
+  snapshotted (``snapshot.Snapshot``: its dict and class, with the dicts of the classes defined there,
+  the code and defaults of their Python functions, the ``sys.modules`` entries and the import system's
+  lists); after every cell whatever changed is put back (compared by identity), so patching
+  ``os.getpid``, ``torch.Tensor.tolist``, a course helper or a check module reaches neither the runner
+  nor the observers;
+- while student cells run, the modules of ``gpucourse.checks`` (the public checks, the harnesses)
+  and of ``autograders`` (this runner and its worker package) cannot be imported
+  (``snapshot.Gate``): ``import gpucourse.checks.lesson10`` or ``import autograders.worker.runner``
+  raises ImportError; ``gpucourse.checks`` itself stays, with ``check`` only saying that the grader
+  runs the checks;
 - the observers run with the environment and import path of the snapshot, without the working
   folder: a module the student wrote there is not what an observer imports;
 - observations leave as JSON, never pickle; judging happens in the grader's process;
 - multi-process exercises fork their launcher and ranks from a copy of this process taken before
-  the first cell (``forked_launch``), instead of starting a Python and importing torch per rank;
+  the first cell (``zygote``, installed as ``gpucourse.checks.ddp.LAUNCHER``), instead of starting a
+  Python and importing torch per rank; every rank runs the harness protected as the cells are
+  (``rank``);
 - every cell's leftover processes are killed after it (``kill_strays``: the worker is their
   subreaper), so a fork bomb in one answer costs that answer, not the next ones; the alarm repeats
   until it is taken, since one raised inside an at-fork hook is swallowed; a cell that still does not
@@ -45,10 +50,8 @@ import builtins
 import contextlib
 import importlib
 import io
-import itertools
 import json
 import linecache
-import operator
 import os
 import pkgutil
 import signal
@@ -58,23 +61,13 @@ import traceback
 import types
 
 from gpucourse import launch
-from gpucourse.checks import AnswerError, forked_launch
+from gpucourse.checks import AnswerError, ddp
 
-# Top-level packages whose loaded modules are snapshotted, besides the standard library's.
-SCOPE = ("gpucourse", "torch", "lightning", "lightning_fabric", "pytorch_lightning", "numpy")
-# Modules (and their submodules) whose classes' dicts and Python functions' code are snapshotted too:
-# what observers, drivers and the runner call (all of them would cost about 15 ms of CPU per cell).
-CLASSES = ("gpucourse", "torch._tensor", "torch.nn", "torch.utils.data", "torch.optim", "torch.amp", "torch.autograd",
-           "torch.serialization", "torch.multiprocessing", "pytorch_lightning.trainer", "pytorch_lightning.core",
-           "lightning.pytorch.trainer", "lightning.pytorch.core", "lightning_fabric.utilities", "numpy",
-           "json", "pickle", "copyreg", "pathlib", "tempfile", "subprocess", "multiprocessing", "concurrent.futures",
-           "threading", "contextlib", "importlib", "_frozen_importlib", "_frozen_importlib_external", "io", "os")
-TOP_CLASSES = ("torch", "lightning", "pytorch_lightning", "lightning_fabric")  # these modules themselves, not all below
-CLOSED = "gpucourse.checks."  # its modules (not the package) cannot be imported while cells run
-HIDDEN_WHILE_CELLS = ("EXERCISES", "PUBLIC", "ANSWERS")  # the registries reach every observer's globals
+from . import rank, zygote
+from .forking import Channel
+from .snapshot import Gate, Snapshot, in_scope
+
 OUTPUT_LIMIT = 20_000  # characters of each cell's output kept for the feedback
-_MISSING = object()
-_FUNCTION_STATE = tuple(operator.attrgetter(a) for a in ("__code__", "__defaults__", "__kwdefaults__"))
 
 
 class CellTimeout(BaseException):
@@ -153,8 +146,8 @@ def kill_strays(keep: set[int], seconds: float = 5.0) -> int:
     deadline = time.monotonic() + seconds
     while True:  # the killed die a moment later, and their orphans come back here to be reaped
         _reap()
-        spared = set(keep).union(*(launch._descendants(pid) for pid in keep))
-        if not launch._descendants(me) - spared or time.monotonic() > deadline:
+        spared = set(keep).union(*(launch.descendants(pid) for pid in keep))
+        if not launch.descendants(me) - spared or time.monotonic() > deadline:
             break
         time.sleep(0.01)
     _reap()  # those that died after the last reap: a zombie is not living, so the look above passed it
@@ -174,213 +167,6 @@ def import_course() -> None:
                 importlib.import_module(info.name)
             except Exception:  # an optional dependency missing: that module cannot be used by anyone
                 pass
-
-
-def _cwd() -> str | None:
-    try:
-        return os.getcwd()
-    except OSError:  # the working folder was removed
-        return None
-
-
-def _in_scope(name: str) -> bool:
-    top = name.partition(".")[0]
-    return name != "__main__" and (top in SCOPE or top in sys.stdlib_module_names)
-
-
-def _unwrap(value):
-    """The Python functions behind a dict entry (a function, a static/class method, a property)."""
-    kind = type(value)  # not isinstance: some module attributes warn when their __class__ is read
-    if kind is types.FunctionType:
-        return (value,)
-    if kind is staticmethod or kind is classmethod:
-        return (value.__func__,) if type(value.__func__) is types.FunctionType else ()
-    if kind is property:
-        return tuple(f for f in (value.fget, value.fset, value.fdel) if type(f) is types.FunctionType)
-    return ()
-
-
-def _mutable_class(value) -> bool:
-    return issubclass(type(value), type) and not value.__flags__ & (1 << 8)  # Py_TPFLAGS_IMMUTABLETYPE
-
-
-class Snapshot:
-    """What the observers rely on, as it was before student code; ``restore()`` puts back what changed."""
-
-    def __init__(self, closed: dict | None = None):
-        """``closed``: modules taken out of ``sys.modules`` (by the Gate) whose contents are held too."""
-        self.entries = {name: m for name, m in sys.modules.items() if _in_scope(name)}
-        self.modules, self.classes, functions, seen = [], [], {}, set()
-        for name, module in {**self.entries, **(closed or {})}.items():
-            if not isinstance(module, types.ModuleType) or id(module) in seen:
-                continue
-            seen.add(id(module))
-            attributes = dict(vars(module))
-            self.modules.append((module, type(module), tuple(attributes.items()), tuple(attributes.values())))
-            if name not in TOP_CLASSES and not any(name == c or name.startswith(c + ".") for c in CLASSES):
-                continue
-            for value in attributes.values():  # what the module defines and what it imported (torch.Tensor is in torch._tensor)
-                for f in _unwrap(value):
-                    functions[id(f)] = f
-                if _mutable_class(value) and id(value) not in seen:
-                    seen.add(id(value))
-                    held = dict(vars(value))
-                    self.classes.append((value, tuple(held.items()), tuple(held.values())))
-                    for member in held.values():
-                        for f in _unwrap(member):
-                            functions[id(f)] = f
-        self.functions = [(f, f.__code__, f.__defaults__, f.__kwdefaults__) for f in functions.values()]
-        # For the common case, nothing changed, checked in C loops: lengths, then every value by identity.
-        self._dicts = [vars(module) for module, *_ in self.modules]
-        self._lengths = [len(values) for *_, values in self.modules]
-        self._values = tuple(itertools.chain.from_iterable(values for *_, values in self.modules))
-        self._kinds = [kind for _, kind, _, _ in self.modules]
-        self._class_list = [cls for cls, *_ in self.classes]
-        self._class_lengths = [len(values) for *_, values in self.classes]
-        self._class_values = tuple(itertools.chain.from_iterable(values for *_, values in self.classes))
-        self._module_list = [module for module, *_ in self.modules]
-        self._function_list = [f for f, *_ in self.functions]
-        self._function_state = [tuple(state[i] for _, *state in self.functions) for i in range(3)]
-        # The course's public module-level lists, dicts and sets (TABLE, PUBLIC_LOSSES...): their contents
-        # too. Private ones are caches the checks fill while they run (ddp._LAUNCHED: one launch per script).
-        self.contents = [(value, type(value)(value)) for module, *_ in self.modules if module.__name__.startswith("gpucourse")
-                         for key, value in vars(module).items() if type(value) in (list, dict, set) and not key.startswith("_")]
-        self.closed_names = list(closed or ())
-        self.path, self.meta_path, self.path_hooks = list(sys.path), list(sys.meta_path), list(sys.path_hooks)
-        self.importer_cache = dict(sys.path_importer_cache)
-        self.environ = dict(os.environ)
-        self.cwd = _cwd()
-
-    def _unchanged(self) -> bool:
-        same, values = operator.is_, operator.methodcaller("values")
-        return (all(map(same, map(sys.modules.get, self.entries), self.entries.values()))
-                and all(map(same, map(type, self._module_list), self._kinds))
-                and list(map(len, self._dicts)) == self._lengths
-                and all(map(same, itertools.chain.from_iterable(map(values, self._dicts)), self._values))
-                and list(map(len, map(vars, self._class_list))) == self._class_lengths
-                and all(map(same, itertools.chain.from_iterable(map(values, map(vars, self._class_list))), self._class_values))
-                and all(all(map(same, map(get, self._function_list), held)) for get, held in zip(_FUNCTION_STATE, self._function_state)))
-
-    def restore(self) -> int:
-        """Put back every changed entry; how many were changed."""
-        changed = 0
-        modules, same = sys.modules, operator.is_
-        if self._unchanged():
-            return self._restore_lists()
-        for name, module in self.entries.items():
-            if modules.get(name, _MISSING) is not module:
-                modules[name] = module
-                changed += 1
-        # Same length and the same values in the same order: unchanged (a key cannot be renamed without
-        # moving its value to the end). Otherwise put back every held entry, remove the added ones.
-        for module, kind, held, values in self.modules:
-            if type(module) is not kind:
-                module.__class__ = kind
-                changed += 1
-            current = vars(module)
-            if len(current) == len(values) and all(map(same, current.values(), values)):
-                continue
-            keys, prefix = {key for key, _ in held}, module.__name__ + "."
-            for key in [k for k in current if k not in keys]:  # a submodule imported meanwhile stays
-                if not (isinstance(current[key], types.ModuleType) and modules.get(prefix + key) is current[key]):
-                    del current[key]
-                    changed += 1
-            for key, value in held:
-                if current.get(key, _MISSING) is not value:
-                    current[key] = value
-                    changed += 1
-        for cls, held, values in self.classes:
-            current = vars(cls)
-            if len(current) == len(values) and all(map(same, current.values(), values)):
-                continue
-            keys = {key for key, _ in held}
-            for key in [k for k in current if k not in keys]:
-                type.__delattr__(cls, key)
-                changed += 1
-            for key, value in held:
-                if current.get(key, _MISSING) is not value:
-                    type.__setattr__(cls, key, value)
-                    changed += 1
-        for f, code, defaults, kwdefaults in self.functions:
-            if f.__code__ is not code or f.__defaults__ is not defaults or f.__kwdefaults__ is not kwdefaults:
-                f.__code__, f.__defaults__, f.__kwdefaults__ = code, defaults, kwdefaults
-                changed += 1
-        return changed + self._restore_lists()
-
-    def _restore_lists(self) -> int:
-        changed, same = 0, operator.is_
-        for name in self.closed_names:
-            changed += sys.modules.pop(name, None) is not None
-        for current, held in self.contents:
-            if len(current) != len(held) or (current != held if type(held) is set else not all(map(same, current, held))) or (
-                    type(held) is dict and not all(map(same, current.values(), held.values()))):
-                current.clear()
-                current.update(held) if type(held) is not list else current.extend(held)
-                changed += 1
-        for current, held in ((sys.path, self.path), (sys.meta_path, self.meta_path), (sys.path_hooks, self.path_hooks)):
-            if len(current) != len(held) or not all(map(same, current, held)):
-                current[:] = held
-                changed += 1
-        cache = sys.path_importer_cache
-        if cache.keys() != self.importer_cache.keys() or not all(map(same, cache.values(), self.importer_cache.values())):
-            cache.clear()
-            cache.update(self.importer_cache)
-            changed += 1
-        return changed
-
-    def restore_environment(self) -> None:
-        """The environment and import path of the snapshot, without the working folder (for the observers)."""
-        if dict(os.environ) != self.environ:
-            os.environ.clear()
-            os.environ.update(self.environ)
-        if self.cwd and _cwd() != self.cwd:
-            with contextlib.suppress(OSError):
-                os.chdir(self.cwd)
-        sys.path[:] = [p for p in self.path if p not in ("", ".", self.cwd)]
-        sys.path_importer_cache.pop(self.cwd, None)
-
-
-class _Closed:
-    """A meta path finder that refuses the modules of gpucourse.checks while student cells run."""
-
-    def find_spec(self, name, path=None, target=None):
-        if name.startswith(CLOSED):
-            raise ImportError(f"{name} is not available while grading", name=name)
-        return None
-
-    def invalidate_caches(self):
-        pass
-
-
-def _check_while_grading(exercise, namespace=None):
-    """``check`` while the grader runs the cells: it runs every check, public and hidden, afterwards."""
-    print(f"check({exercise!r}): skipped while grading; the grader runs every check after the cells")
-
-
-class Gate:
-    """Closes gpucourse.checks' modules to the cells; ``open`` gives them back to the observers."""
-
-    def __init__(self):
-        self.finder = _Closed()
-        self.package = sys.modules[CLOSED[:-1]]
-        self.modules = {name: m for name, m in sys.modules.items() if name.startswith(CLOSED)}
-        closed = {id(m) for m in self.modules.values()}
-        self.attributes = {key: value for key, value in vars(self.package).items()
-                           if id(value) in closed or key in HIDDEN_WHILE_CELLS or key == "check"}
-
-    def close(self) -> None:
-        for name in self.modules:
-            sys.modules.pop(name, None)
-        held = vars(self.package)
-        for key in self.attributes:
-            held.pop(key, None)
-        held["check"] = _check_while_grading
-        sys.meta_path.insert(0, self.finder)
-
-    def open(self) -> None:
-        sys.modules.update(self.modules)
-        vars(self.package).update(self.attributes)
-        sys.meta_path[:] = [f for f in sys.meta_path if f is not self.finder]
 
 
 class _Capture(io.StringIO):
@@ -491,7 +277,7 @@ class Quiet:
             threads = 1 + self._threads_on_cells()
         if threads != 1:
             found.append(f"{threads - 1} threads were left running")
-        children = launch._descendants(self._pid)
+        children = launch.descendants(self._pid)
         if children:
             found.append(f"{len(children)} processes were left running")
         return found
@@ -527,7 +313,7 @@ def _library_handler(handler, held, depth: int = 0) -> bool:
         return True
     if type(handler) is not types.FunctionType or depth > 8:
         return False
-    if not _in_scope(getattr(handler, "__module__", None) or "__main__"):
+    if not in_scope(getattr(handler, "__module__", None) or "__main__"):
         return False
     chained = [value for value in map(_cell_value, handler.__closure__ or ()) if callable(value)]
     return all(_library_handler(previous, held, depth + 1) for previous in chained)
@@ -548,9 +334,6 @@ def _signal_name(number: int) -> str:
 
 
 # --- running the cells and the checks, in a worker -------------------------------------------------
-
-Channel = forked_launch.Channel
-
 
 def run_cells(cells: list[dict], seconds: float, emit, taken: Snapshot, start: int = 0, skipped=(), announce=None) -> dict:
     """Run ``cells`` in a fresh ``__main__``; each one's record goes to ``emit``. Cells before ``start``
@@ -630,19 +413,23 @@ def _close_all_but(keep: set[int]) -> None:
 
 
 def _work(cells: list[dict], cell_seconds: float, observe_seconds: float, start: int, skipped: set[int],
-          up_fd: int, down_fd: int, namespace_init: bool = False, zygote: int | None = None) -> None:
+          up_fd: int, down_fd: int, namespace_init: bool = False, zygote_pid: int | None = None) -> None:
     """The worker: the cells, then one check at a time as the supervisor sends them. It holds no
     results channel and no observer until the cells are done, and reports only to the supervisor."""
-    forked_launch.relay(Channel(write=up_fd), Channel(read=down_fd))  # drops the copy's pipes first
+    if zygote_pid:  # launches go through the supervisor to the clean copy; the copy's own pipes are dropped
+        zygote.relay(Channel(write=up_fd), Channel(read=down_fd))
     _close_all_but({up_fd, down_fd})
     devnull = os.open(os.devnull, os.O_RDONLY)
     os.dup2(devnull, 0)
     os.close(devnull)
     up, down = Channel(write=up_fd), Channel(read=down_fd)
-    FREEZE.update(namespace=namespace_init, keep={zygote} if zygote else set())
+    FREEZE.update(namespace=namespace_init, keep={zygote_pid} if zygote_pid else set())
     become_subreaper()
     signal.signal(signal.SIGALRM, _on_alarm)
     quiet = Quiet()
+    # Graded launches: forked from the clean copy, or (no copy) torchrun on the protected rank. Set before
+    # the snapshot, so that every cell's restore puts it back.
+    ddp.LAUNCHER = zygote.launch if zygote_pid else rank.torchrun
     gate = Gate()
     gate.close()
     while_cells = Snapshot(closed=gate.modules)  # the gate is part of what every cell's restore puts back
@@ -651,8 +438,6 @@ def _work(cells: list[dict], cell_seconds: float, observe_seconds: float, start:
     while_cells.restore()
     while_cells.restore_environment()
     gate.open()
-    from gpucourse.checks import ddp
-
     ddp._LAUNCHED.clear()  # launches are the checks' own, made while they run
     taken = Snapshot()
     up.send({"type": "ready", "problems": quiet.problems()})
@@ -666,8 +451,3 @@ def _work(cells: list[dict], cell_seconds: float, observe_seconds: float, start:
         kill_strays(FREEZE["keep"])
         up.send({"type": "observation", "id": message["id"], "record": record, "problems": quiet.problems(after_check=True)})
 
-
-if __name__ == "__main__":  # the supervisor (gpucourse.checks.supervisor) forks the workers from here
-    from gpucourse.checks import supervisor
-
-    supervisor.main(int(sys.argv[1]), int(sys.argv[2]) if len(sys.argv) > 2 else None)

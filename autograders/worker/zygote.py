@@ -1,7 +1,8 @@
 """Graded multi-process launches forked from a clean copy of the runner, not started as new Pythons.
 
-    start(close=[fd])   the runner, before any student code runs: fork the copy ("zygote")
-    launch(...)         gpucourse.checks.ddp, for each graded launch: ``torchrun`` without the Pythons
+    start(close=[fd])   the supervisor, before any student code runs: fork the copy ("zygote")
+    launch(...)         installed as ``gpucourse.checks.ddp.LAUNCHER`` by the runner's worker, for each
+                        graded launch: ``torchrun`` without the Pythons
 
 ``torchrun`` starts a launcher and one Python per rank, each importing torch (and Lightning): about
 8 s of CPU for a 2-rank exercise on a 2-core machine, for work the grader's preloaded process has
@@ -20,7 +21,9 @@ carries it back. Each rank reports through a pipe of its own that the copy hands
 ranks' are closed before the student's code runs), not through a file another process could
 rewrite; the copy collects the reports and sends them with the launch's exit status. Launches that
 run out of time are killed with every process they started (``gpucourse.launch.kill_tree``).
-Outside grading (a student's notebook, whose kernel runs threads) launches start ``torchrun``.
+Every rank runs ``rank.main`` (``gpucourse.checks.ddp_harness`` with the runner's protection).
+Outside grading (a student's notebook, whose kernel runs threads) ``ddp.LAUNCHER`` is None and
+launches start ``torchrun`` on the unprotected harness.
 """
 
 from __future__ import annotations
@@ -33,77 +36,10 @@ import time
 import traceback
 import uuid
 
-MESSAGE_LIMIT = 32 << 20  # bytes of one JSON line on a channel
-
-
-class Channel:
-    """JSON lines one way over a pipe: ``send`` on a write end, ``receive`` on a read end."""
-
-    def __init__(self, read: int | None = None, write: int | None = None):
-        self.read_fd, self.write_fd, self.buffer = read, write, bytearray()
-
-    def send(self, message: dict) -> None:
-        data = memoryview((json.dumps(message) + "\n").encode())
-        while data:
-            data = data[os.write(self.write_fd, data):]
-
-    def complete(self) -> bool:
-        return b"\n" in self.buffer
-
-    def fill(self) -> bool:
-        """Read what is there (once); False at end of file."""
-        chunk = os.read(self.read_fd, 1 << 16)
-        if not chunk:
-            return False
-        self.buffer += chunk
-        if len(self.buffer) > MESSAGE_LIMIT and not self.complete():
-            raise ValueError(f"a message longer than {MESSAGE_LIMIT} bytes")
-        return True
-
-    def take(self) -> dict:
-        at = self.buffer.index(b"\n")
-        line = bytes(self.buffer[:at])
-        del self.buffer[:at + 1]
-        message = json.loads(line)
-        if not isinstance(message, dict):
-            raise ValueError("a message that is not a JSON object")
-        return message
-
-    def receive(self, timeout: float | None = None) -> dict | None:
-        """The next message; None when ``timeout`` seconds pass first; EOFError at end of file."""
-        found = wait([self], timeout)
-        if found is None:
-            return None
-        if found[1] is None:
-            raise EOFError("the other end is closed")
-        return found[1]
-
-
-def wait(channels: list[Channel], timeout: float | None):
-    """(channel, its next message) from the first of ``channels`` to have one, (channel, None) at its
-    end of file, or None when ``timeout`` seconds pass first."""
-    deadline = None if timeout is None else time.monotonic() + timeout
-    while True:
-        for channel in channels:
-            if channel.complete():
-                return channel, channel.take()
-        left = None if deadline is None else max(deadline - time.monotonic(), 0)
-        ready = select.select([c.read_fd for c in channels], [], [], left)[0]
-        if not ready:
-            return None
-        for channel in channels:
-            if channel.read_fd in ready and not channel.fill():
-                return channel, None
-
+from . import rank
+from .forking import Channel, fork_safe, in_child
 
 _ZYGOTE: dict | None = None  # {"pid", "requests": Channel, "responses": Channel} once start() forked it
-
-
-def _threads() -> int:
-    try:
-        return len(os.listdir("/proc/self/task"))
-    except OSError:
-        return 0  # not Linux: never fork
 
 
 def start(close: tuple[int, ...] = ()) -> bool:
@@ -113,8 +49,7 @@ def start(close: tuple[int, ...] = ()) -> bool:
     start ``torchrun`` as outside grading. ``close``: descriptors the copy must not hold (the
     runner's results channel)."""
     global _ZYGOTE
-    torch = sys.modules.get("torch")
-    if _threads() != 1 or (torch is not None and torch.cuda.is_initialized()):
+    if fork_safe() is not None:
         return False
     requests_r, requests_w = os.pipe()
     responses_r, responses_w = os.pipe()
@@ -127,12 +62,13 @@ def start(close: tuple[int, ...] = ()) -> bool:
             os.close(fd)
         return False
     if pid == 0:
-        try:
+        def serve() -> int:
             for fd in (requests_w, responses_r, *close):
                 os.close(fd)
             _serve(Channel(read=requests_r), Channel(write=responses_w))
-        finally:
-            os._exit(0)
+            return 0
+
+        in_child(serve, code=0)
     os.close(requests_r)
     os.close(responses_w)
     _ZYGOTE = {"pid": pid, "requests": Channel(write=requests_w), "responses": Channel(read=responses_r)}
@@ -179,15 +115,12 @@ def _serve(incoming: Channel, outgoing: Channel) -> None:
         reports = [os.pipe() for _ in range(int(request_["nproc"]))]
         pid = os.fork()
         if pid == 0:
-            code = 1
-            try:
+            def launcher(request_=request_, reports=reports) -> int:
                 for fd in (incoming.read_fd, outgoing.write_fd, *(r for r, _ in reports)):
                     os.close(fd)
-                code = _launcher(request_, [w for _, w in reports])
-            except BaseException:
-                traceback.print_exc()
-            finally:
-                os._exit(code)
+                return _launcher(request_, [w for _, w in reports])
+
+            in_child(launcher)
         for _, write_end in reports:
             os.close(write_end)
         outgoing.send({"id": request_["id"], "pid": pid})
@@ -217,15 +150,15 @@ def _collect(pid: int, pipes: list[Channel]) -> tuple[int, dict]:
             except ValueError:
                 open_.remove(channel)
     found = {}
-    for rank, channel in enumerate(pipes):
+    for number, channel in enumerate(pipes):
         os.close(channel.read_fd)
         lines = [line for line in bytes(channel.buffer).split(b"\n") if line.strip()]
         if not lines:
             continue
         try:
-            found[str(rank)] = json.loads(lines[0]) if len(lines) == 1 else {"unreadable": True, "reports": len(lines)}
+            found[str(number)] = json.loads(lines[0]) if len(lines) == 1 else {"unreadable": True, "reports": len(lines)}
         except ValueError:
-            found[str(rank)] = {"unreadable": True}
+            found[str(number)] = {"unreadable": True}
     return status, found
 
 
@@ -233,17 +166,15 @@ _REPORT_FDS: list[int] = []  # in a launcher: each rank's report pipe, by rank
 
 
 def _rank(target: list[str]) -> None:
-    """One rank, as ``python -m gpucourse.checks.ddp_harness STUDENT OUT DRIVER`` would run it,
-    reporting through its own pipe (the other ranks' are closed first)."""
-    from gpucourse.checks import ddp_harness
-
+    """One rank, as ``python -m autograders.worker.rank STUDENT OUT DRIVER`` would run it (the
+    harness, protected), reporting through its own pipe (the other ranks' are closed first)."""
     mine = _REPORT_FDS[int(os.environ["RANK"])]
     for fd in _REPORT_FDS:
         if fd != mine:
             os.close(fd)
-    sys.argv = [ddp_harness.__file__, *target]  # what the script sees under torchrun
+    sys.argv = [rank.__file__, *target]  # what the script sees under torchrun
     try:
-        ddp_harness.main(*target, report=mine)
+        rank.main(*target, report=mine)
     except BaseException:  # the traceback a started rank would print (torchrun shows the rank's stderr)
         traceback.print_exc()
         sys.stderr.flush()
@@ -251,7 +182,7 @@ def _rank(target: list[str]) -> None:
 
 
 def _launcher(request: dict, report_fds: list[int]) -> int:
-    """``torchrun --standalone --nproc-per-node=N -m gpucourse.checks.ddp_harness ...``, forking its ranks."""
+    """``torchrun --standalone --nproc-per-node=N -m autograders.worker.rank ...``, forking its ranks."""
     from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
@@ -292,7 +223,7 @@ def _reply(request_id: str, timeout: float | None = None) -> dict | None:
 
 
 def launch(target: list[str], nproc: int, timeout: float, cwd: str, env: dict | None = None, source: str | None = None):
-    """Run ``ddp_harness.main(*target)`` on ``nproc`` forked ranks (``target``: the student's script,
+    """Run ``rank.main(*target)`` on ``nproc`` forked ranks (``target``: the student's script,
     the folder, the driver; ``source``: the script's text, written by the launcher); a
     ``gpucourse.launch.Launch`` whose ``reports`` are the ranks' records, by rank."""
     from gpucourse.launch import Launch, kill_tree
