@@ -55,7 +55,7 @@ lab: install
 # RESULTS=<dir>, the class `make grade` wrote into <dir>/nbgrader, for manual grading.
 COURSE_ROOT = $(if $(RESULTS),$(abspath $(RESULTS))/nbgrader,$(CURDIR))
 formgrader: install
-	@$(BIN)/python autograders/formgrader.py $(if $(RESULTS),--results "$(RESULTS)")
+	@$(BIN)/python -m autograders formgrader $(if $(RESULTS),--results "$(RESULTS)")
 	cd "$(COURSE_ROOT)" && "$(abspath $(BIN))/jupyter" lab --ServerApp.root_dir="$(COURSE_ROOT)" \
 	  --LabApp.default_url=/lab $(ROOT_FLAG) $(LAB_ARGS)
 
@@ -88,22 +88,22 @@ site: install
 	$(BIN)/python book/make_book.py $(SITE_ARGS)
 
 release: install
-	$(BIN)/python autograders/release.py
+	$(BIN)/python -m autograders release
 
 # The student edition (course/, the gpucourse package, a student README), committed and tagged in
 # its own git repository, ready to push to edition.toml's home. PUBLISH_ARGS="--out DIR" elsewhere.
 publish: release
-	$(BIN)/python autograders/publish.py $(PUBLISH_ARGS)
+	$(BIN)/python -m autograders publish $(PUBLISH_ARGS)
 
 grade: install
 	@if [ -z "$(SUBMISSIONS)" ] || [ -z "$(RESULTS)" ]; then \
 	  echo "usage: make grade SUBMISSIONS=<dir> RESULTS=<dir>"; exit 2; fi
-	$(BIN)/python autograders/grade.py --submissions "$(SUBMISSIONS)" --results "$(RESULTS)" $(GRADE_ARGS)
+	$(BIN)/python -m autograders grade --submissions "$(SUBMISSIONS)" --results "$(RESULTS)" $(GRADE_ARGS)
 
 bench: install
 	GPUCOURSE_SMOKE=1 GPUCOURSE_OFFLINE=1 $(BIN)/python -m pytest -q -m bench
 	$(BIN)/python -m gpucourse.bench --out bench/results
-	$(BIN)/python autograders/bench_grading.py --out bench/results
+	$(BIN)/python -m autograders bench --out bench/results
 
 # On an NVIDIA GPU: matmul per dtype, ResNet-18 steps, copies, overlap, sync and CUDA graphs, written as a
 # reference file in gpucourse.reference's schema (a few minutes, with progress). Refuses without CUDA.

@@ -1,6 +1,6 @@
 """`make bench`, grading part: one class graded by sequential `nbgrader autograde` and by the engine.
 
-    python autograders/bench_grading.py --out bench/results [--limit N]
+    python -m autograders bench --out bench/results [--limit N]
 
 Writes ``grading.json`` and ``grading.md``: both wall times, their ratio, seconds per submission,
 the engine's time when it starts a Python per submission instead of forking a preloaded one, and

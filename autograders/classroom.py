@@ -108,7 +108,7 @@ def build(folder: Path, limit: int | None = None, only: str | None = None,
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Write a class and print what each student should score: ``python autograders/classroom.py OUT [--only A]``.
+    """Write a class and print what each student should score: ``python -m autograders classroom OUT [--only A]``.
 
     Then ``make grade SUBMISSIONS=OUT RESULTS=...`` and compare with ``RESULTS/grades.csv`` and the logs.
     """

@@ -267,6 +267,12 @@ def _attacks(paths: dict[str, Path]) -> dict[str, dict]:
             "launches['run_exercise_script'] = launch_the_reference(launches['run_exercise_script'])\n")),
             "max": zero, "flag": "reaches the checks' `gpucourse.checks.lesson01`", "forgery": True,
             "output": {"average_across_ranks": ["gpucourse.checks.lesson01 is not available while grading"]}},
+        # the grader's sandbox side is closed to the cells too: a right answer that must first reach the
+        # runner (its FREEZE, its snapshot) through a name the scan cannot read
+        "imports_the_worker": {"nb": unanswered(parallel_map="import importlib\n"
+                                                "runner = importlib.import_module('rennur.rekrow.sredargotua'[::-1])\n"
+                                                "runner.FREEZE['keep'].add(1)\n" + reference["parallel_map"]),
+                               "max": zero, "output": {"parallel_map": ["autograders is not available while grading"]}},
         # no public check module holds an answer any more; this one stands for it: a right answer that
         # needs an import from one
         "oracle_from_check_module": {"nb": unanswered(parallel_map="from gpucourse.checks.lesson01 import drive_average_across_ranks\n"

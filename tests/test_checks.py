@@ -301,6 +301,9 @@ ATTACKS = {  # an answer's code -> the forgery reason the scan must give
     "import sys\nsys.modules['gpucourse.checks.lesson10'].x = 1": "gpucourse.checks.lesson10",
     "import engine": "imports the grader's `engine`",
     "from autograders import assemble": "imports the grader's `autograders`",
+    "from autograders.worker import runner": "imports the grader's `autograders.worker`",
+    "import zygote": "imports the grader's `zygote`",  # every grader module by its bare name, found, not listed
+    "import importlib\nimportlib.import_module('supervisor')": "the grader's `supervisor`",
     "from nbgrader.preprocessors import ClearSolutions": "imports the grader's `nbgrader.preprocessors`",
     "import gpucourse.parallel\ngpucourse.parallel.worker_identity = print": "patches `gpucourse.parallel.worker_identity`",
     "import gpucourse.parallel as p\nsetattr(p, 'square', print)": "patches `gpucourse.parallel.square`",
@@ -342,6 +345,8 @@ def test_scan_calls_each_route_forgery(code):
     "import torch\nclass Net(torch.nn.Module):\n    count = 0\n    def __init__(self):\n        super().__init__()\n"
     "        type(self).count += 1\n        self.layer = torch.nn.Linear(2, 2)\nNet.extra = 1\nx = torch.zeros(2)\nx[0] = 1",
     "import matplotlib.pyplot as plt\nplt.rcParams['figure.figsize'] = (4, 3)",
+    # words that are also names of grader modules, used as data, and every script's __main__
+    "record = {'rank': 0, 'worker': 1}\nprint('grade', 'course', 'checks', 'trust')\nif __name__ == '__main__':\n    pass",
 ])
 def test_scan_allows_what_lessons_teach(code):
     assert assemble.scan({"answer": code}) == ([], [])

@@ -2,7 +2,7 @@
 
 Every code block of the document whose first line names a path (```python path=...```) is written to
 that path in a copy of the tracked files; the example's lesson is then released with the copy's own
-autograders/release.py, and the copy's own tests hold its declaration, notebook, observers and fixtures
+`python -m autograders release`, and the copy's own tests hold its declaration, notebook, observers and fixtures
 (each wrong fixture fails for the reason its first line names, each right one passes every case), as
 they would in a repository where an author followed the document.
 """
@@ -102,7 +102,7 @@ def test_the_example_followed_literally_releases_grades_and_passes(tmp_path):
     where = _run(["-c", "import gpucourse; print(gpucourse.__file__)"], repo, 60)
     assert where.stdout.strip() == str(repo / "src/gpucourse/__init__.py"), where.stdout + where.stderr
 
-    released = _run(["autograders/release.py", "--only", aid], repo, 300)
+    released = _run(["-m", "autograders", "release", "--only", aid], repo, 300)
     assert released.returncode == 0, released.stdout + released.stderr
     student = nbformat.read(next((repo / "course" / aid).glob("*.ipynb")), as_version=4)
     stub = next(c.source for c in student.cells if c.get("metadata", {}).get("nbgrader", {}).get("solution"))

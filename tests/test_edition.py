@@ -70,6 +70,7 @@ def test_nothing_hidden_in_the_edition(built):
     for marker in MARKERS:
         assert marker not in text, f"{marker!r} in the edition"
     assert "autograders" not in text
+    assert not [p for p in files if "autograders" in p.relative_to(built).parts], "a file of the grader in the edition"
     assert not [n for n in _hidden_check_names() if re.search(rf"\b{re.escape(n)}\b", text)], "hidden check names"
     assert not [p for p in files if p.suffix == ".py" and "checks" in p.parts and p.stem.startswith("lesson") and "_" in p.stem]
     # Solution lines: the notebooks, README and project files show none. The package is checked below.

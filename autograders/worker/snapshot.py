@@ -195,17 +195,17 @@ class Snapshot:
         sys.path_importer_cache.pop(self.cwd, None)
 
 
-def closed(name: str) -> bool:
+def is_closed(name: str) -> bool:
     """Whether module ``name`` is closed while cells run: a module of gpucourse.checks (not the
     package), or the grader's package and anything in it (this worker too)."""
     return name in CLOSED_PACKAGES or name.startswith(CLOSED)
 
 
 class _Closed:
-    """A meta path finder that refuses the closed modules (``closed``) while student cells run."""
+    """A meta path finder that refuses the closed modules (``is_closed``) while student cells run."""
 
     def find_spec(self, name, path=None, target=None):
-        if closed(name):
+        if is_closed(name):
             raise ImportError(f"{name} is not available while grading", name=name)
         return None
 
@@ -225,7 +225,7 @@ class Gate:
     def __init__(self):
         self.finder = _Closed()
         self.package = sys.modules[CHECKS]
-        self.modules = {name: m for name, m in sys.modules.items() if closed(name)}
+        self.modules = {name: m for name, m in sys.modules.items() if is_closed(name)}
         closed = {id(m) for m in self.modules.values()}
         self.attributes = {key: value for key, value in vars(self.package).items()
                            if id(value) in closed or key in HIDDEN_WHILE_CELLS or key == "check"}
