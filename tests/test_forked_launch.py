@@ -229,3 +229,14 @@ def test_the_supervisor_passes_on_only_listed_scripts_with_their_driver_and_a_bo
     assert not sup._allowed({**ask, "nproc": 0}) and not sup._allowed({**ask, "nproc": "2"})
     assert not sup._allowed({**ask, "driver": "os:system"})
     assert not sup._allowed({**ask, "source": "print('forged')"})
+
+
+def test_fork_safe_says_why_forking_is_unsafe():
+    """The one fork-safety check of the preload and the zygote: one thread is safe; a second is not."""
+    code = ("import threading, time\nfrom autograders.worker.forking import fork_safe\nprint(fork_safe())\n"
+            "threading.Thread(target=time.sleep, args=(1,)).start()\nprint(fork_safe())\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert done.returncode == 0, done.stderr
+    alone, threaded = done.stdout.splitlines()
+    assert alone == "None" and threaded.startswith("2 threads"), done.stdout

@@ -10,11 +10,11 @@ handed this rank alone (``report``). Drivers that use torch.distributed directly
 ``init_process_group()`` (the lessons' own, from gpucourse.launch); Lightning drivers let the Trainer start it.
 
 ``protect``: while grading, the grader's own rank entry point (which wraps this one) passes a
-factory whose object has two context managers, ``source()`` around running the student's source and
-``driver()`` around the driver (made after the driver's module is imported). The grader's closes the
-checks' modules while the source runs and puts back whatever the student's code patched, as its
-runner does around every cell. A student's own ``check()`` runs this module unprotected: no adversary
-there. This module imports nothing of the grader.
+factory, called once the driver's module is imported; the object it makes has two context managers,
+``source()`` around running the student's source and ``driver()`` around the driver. The grader's
+closes the checks' modules while the source runs and puts back whatever the student's code patched,
+as its runner does around every cell. A student's own ``check()`` runs this module unprotected: no
+adversary there. This module imports nothing of the grader.
 """
 
 from __future__ import annotations
