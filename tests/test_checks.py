@@ -276,13 +276,17 @@ def test_runner_closes_the_checks_to_cells_and_undoes_patches_before_observers()
     records = _run_runner({
         "cells": [{"source": patches + "seen = torch.zeros(1).tolist()", "grade_id": "x"},
                   {"source": "import importlib\nimportlib.import_module('gpucourse.checks.' + 'lesson01')", "grade_id": "y"},
-                  {"source": "from gpucourse.checks import check\ncheck('parallel_map')", "grade_id": "z"}],
+                  {"source": "from gpucourse.checks import check\ncheck('parallel_map')", "grade_id": "z"},
+                  {"source": "import importlib\nimportlib.import_module('autograders.worker.' + 'runner')", "grade_id": "w"},
+                  {"source": "import sys\nprint(sorted(m for m in sys.modules if m.startswith('autograders')))", "grade_id": "v"}],
         "observers": [{"case": "c", "source": observer, "function": "observe"}],
         "cell_seconds": 60, "observe_seconds": 60})
     cells = [r for r in records if r["type"] == "cell"]
     assert cells[0]["error"] is None
     assert cells[1]["error"] == "ImportError: gpucourse.checks.lesson01 is not available while grading"
     assert cells[2]["error"] is None and "skipped while grading" in cells[2]["output"]
+    assert cells[3]["error"] == "ImportError: autograders is not available while grading"  # the runner itself
+    assert cells[4]["error"] is None and cells[4]["output"] == "[]\n"
     observation = next(r for r in records if r["type"] == "observation")
     assert observation["data"] == {"tolist": [0.0], "reads": True, "square": 9, "defaults": [0.02], "path": None,
                                    "assignment": "lesson01_processes_threads", "tolist_in_cell": ["forged"]}
