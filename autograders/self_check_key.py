@@ -81,7 +81,7 @@ def solution_namespace(solutions: Path, exercise: public.Exercise) -> dict:
 
 def _grader(exercise: public.Exercise) -> Callable[[dict], bool]:
     """Whether the grader gives full marks to the answers in a namespace: every public and hidden case passes."""
-    from engine import cases_for, load_checks
+    from .engine import cases_for, load_checks
 
     cases = [case for _, case in cases_for(load_checks(exercise.assignment), exercise.name)]
     return lambda ns: all(public.run_case(case, ns) is None for case in cases)
