@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib
 import json
 import re
 import shutil
@@ -10,6 +9,7 @@ import shutil
 import nbformat
 import pytest
 
+from autograders import self_check_key
 from conftest import FIXTURES, ROOT, SOLUTIONS
 from gpucourse import checks
 from gpucourse.checks import self_check
@@ -94,7 +94,7 @@ def test_the_key_holds_no_plain_answer(key, accepted):
             strings = [leaf for leaf in _leaves(value) if isinstance(leaf, str)]
             leaked = [s for s in strings if json.dumps(s) in text]
             assert not leaked, f"{name}: {leaked} appear in the key"
-        solution = _ns(importlib.import_module("autograders.self_check_key").answer_cell_source(SOLUTIONS, BY_NAME[name]))
+        solution = _ns(self_check_key.answer_cell_source(SOLUTIONS, BY_NAME[name]))
         for answer in BY_NAME[name].answers:
             assert repr(solution[answer.name]) not in text
 
@@ -220,7 +220,7 @@ def test_the_key_follows_the_solutions_as_the_grader_reads_them(tmp_path, key):
     from autograders.self_check_key import build_key
 
     salts = {name: entry["salt"] for name, entry in key["exercises"].items()}
-    solution = next(v for v in _ns(importlib.import_module("autograders.self_check_key").answer_cell_source(SOLUTIONS, BY_NAME["q1"])).values()
+    solution = next(v for v in _ns(self_check_key.answer_cell_source(SOLUTIONS, BY_NAME["q1"])).values()
                     if isinstance(v, str) and len(v) == 1)
     respelled = build_key(_quiz_copy(tmp_path / "respelled", f" ({solution.upper()}) "), salts)
     assert respelled["exercises"]["q1"] == key["exercises"]["q1"], "the same answer spelled otherwise: the same key"
