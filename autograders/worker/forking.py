@@ -9,7 +9,10 @@ preload waits for its child's own session before naming the pid, receives descri
 request and closes them in the parent; the zygote hands each rank a report pipe and reads them all
 while it waits), and a loop with five hooks would be harder to check than either. What they share
 is here: ``fork_safe`` (one thread, no CUDA, Linux), ``in_child`` (a forked child never returns
-into the server's code) and ``Channel``.
+into the server's code) and ``Channel``. Closing descriptors stays with each: a preload child
+renumbers the descriptors it received (parked high, everything below closed, then each put at its
+target), the runner's worker keeps its two pipes at their numbers, and a zygote child closes the
+server's ends by name, keeping stdout and the ranks' report pipes.
 """
 
 from __future__ import annotations
