@@ -23,7 +23,9 @@ from gpucourse.checks import forked_launch
 from gpucourse.launch import read_rank_reports, torchrun
 
 WORLD_SIZE = 2
-SCRIPT_TIMEOUT = 180  # seconds for the whole launch; collectives time out sooner (harness)
+# seconds for the whole launch; collectives time out sooner (harness). The grader sets its own
+# (c.Grading.script_seconds, through the job: gpucourse.checks.supervisor)
+SCRIPT_TIMEOUT = 180
 HEADER = "import os\nimport torch\nimport torch.distributed as dist\n\n"
 
 
