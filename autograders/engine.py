@@ -78,7 +78,7 @@ def load_checks(assignment: str):
         raise SystemExit(f"{path.relative_to(ROOT)}: hidden cases for {unknown}, which {assignment} does not declare")
     # the test cells this assignment's notebook must have, each with the exercise it grades
     # (gpucourse.checks.EXERCISES is the other registry: exercise name -> its declaration)
-    module.TESTED = {e.test_id: e.name for e in public.exercises(assignment)}
+    module.EXERCISE_OF_TEST = {e.test_id: e.name for e in public.exercises(assignment)}
     return module
 
 
@@ -97,10 +97,10 @@ def tests_of(nb) -> dict[str, float]:
 def cases_of(nb, checks, assignment: str) -> dict[str, list[tuple[CaseRef, public.Case]]]:
     """Every test cell's cases, public then hidden."""
     tests = tests_of(nb)
-    unknown = sorted(set(tests) - set(checks.TESTED))
+    unknown = sorted(set(tests) - set(checks.EXERCISE_OF_TEST))
     if unknown:
         raise SystemExit(f"{assignment}: test cells {unknown} grade no exercise its check module declares")
-    return {test: cases_for(checks, checks.TESTED[test]) for test in tests}
+    return {test: cases_for(checks, checks.EXERCISE_OF_TEST[test]) for test in tests}
 
 
 def _meta(node) -> dict:
