@@ -19,6 +19,9 @@ from pathlib import Path
 
 from . import classroom, grade, sandbox
 from .course import SOLUTIONS, api, load_config
+from .settings import Grading
+
+from gpucourse import environment
 
 
 def nbgrader_sequential(submissions: Path, work: Path) -> float:
@@ -52,7 +55,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--limit", type=int, help="grade only the first N submissions of the class")
     parser.add_argument("--only", help="one assignment's submissions")
     args = parser.parse_args(argv)
-    os.environ.setdefault("GPUCOURSE_SMOKE", "1")
+    # the sandboxes get the smoke setting from c.Grading.smoke; nbgrader's own kernels (the baseline)
+    # inherit this process's environment, so it says the same to them
+    os.environ[environment.SMOKE] = "1" if Grading(config=load_config()).smoke else "0"
     args.out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="gpucourse-bench-") as folder:
         submissions = Path(folder) / "submitted"

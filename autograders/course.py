@@ -134,6 +134,8 @@ BADGE_LINE = re.compile(r"^\[!\[Open In Colab\]\([^)]*\)\]\([^)]*\)$", re.M)
 SETUP_CELL_ID = "preamble"
 # The first code cell of every notebook (a locked nbgrader cell). It runs before gpucourse exists on
 # Colab, so the part that installs the package is plain Python; gpucourse.install does the rest.
+# GPUCOURSE_INSTALL_URL stays an environment variable, read in the kernel: it is how a test (or a
+# fork) points a notebook's install at another copy across the process boundary (gpucourse.environment).
 SETUP_CELL = """\
 # Setup, the same in every notebook: install the course helpers where they are missing (Colab),
 # then seed everything, pick the device and read the smoke setting (GPUCOURSE_SMOKE=1 in CI).

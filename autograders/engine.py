@@ -1,16 +1,17 @@
 """Grade one submission: a chain of small steps, each a notebook in and a notebook out.
 
-Like an nbconvert preprocessor, every step is ``step(nb, resources) -> (nb, resources)`` with one
+Like an nbconvert preprocessor, every step is ``step(nb, submission) -> (nb, submission)`` with one
 job; the notebook is the *released* one (nbformat), which the steps turn into the autograded
-notebook, and ``resources`` carries what a step needs and what it found. A test can hand a step a
-notebook and the resources it reads without running the others.
+notebook, and ``submission`` (``context.Submission``, made once by ``start``) carries what a step
+needs and what it found, in named fields. A test can hand a step a notebook and a Submission with
+the fields it reads without running the others.
 
 1. ``take_answers``: the student's answers, and nothing else, from the submission into the answer
    cells (``assemble.plan``: matched by grade id; tampering and suspicious code become flags);
 2. ``flag``: those flags, and the reasons that void the whole submission (``plan.forgery``), onto
    the notebook (``metadata.gpucourse``) for a person to read;
 3. ``observe``: the answers and the release's code cells run in the sandbox with every check's
-   observer; each cell's output lands on its cell, the observations (plain JSON) in resources;
+   observer; each cell's output lands on its cell, the observations (plain JSON) in the submission;
 4. ``judge``: the judges, here, on those observations: a ✓/✗ report and a score on each test cell.
 
 ``record.py`` goes on with ``save_grades`` and ``late_penalty`` (the gradebook's only writer).
@@ -21,16 +22,9 @@ order, then exactly one observation per case in the job's order, then ``done``; 
 record before its time, a duplicate, out of order, not JSON, after ``done``) is forgery. The
 observers go to the sandbox on a second pipe, which the runner reads only after the cells.
 
-Resources, by the step that first sets or reads them:
-
-- ``start``: ``student``, ``assignment``, ``notebook`` (the released notebook's name without
-  ``.ipynb``), ``submitted`` (the submitted notebook's path), ``checks`` (``load_checks``),
-  ``sandbox`` (``work``, ``hide``, ``limits``, ``isolate``, ``preloads``: for ``observe`` only);
-- ``take_answers``: ``plan`` (``assemble.Plan``), ``answers`` (grade id -> source or None);
-- ``flag``: ``flags``, ``forgery``;
-- ``observe``: ``observations`` (case id -> record), ``notes``, ``log``, ``seconds``; ``flags`` and
-  ``forgery`` grow when the run's records break the protocol or the runner refused to observe;
-- ``judge``: ``scores``, ``max_scores``, ``report`` (test grade id -> ✓/✗ lines).
+Each check is a ``context.CaseRef`` (exercise, public or hidden, index); its string form
+``<exercise>/<kind>/<index>`` is what travels to the sandbox and back. The budgets and limits come
+from ``settings.Grading`` (nbgrader_config.py).
 """
 
 from __future__ import annotations
@@ -43,46 +37,29 @@ import queue
 import shutil
 import sys
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import nbformat
 
 import gpucourse.checks as public
+from gpucourse import environment
 
 from . import assemble, sandbox
+from .context import CaseRef, SandboxOptions, Submission
 from .course import AUTOGRADERS, ROOT
+from .settings import Grading
 
-RESULTS_LIMIT = 8 << 20  # bytes accepted from the results pipe
 META = "gpucourse"  # the steps' findings in notebook and cell metadata
 WORKER = "autograders.worker"  # the sandboxed program: python -m WORKER RESULTS_FD OBSERVERS_FD < job.json
 
 
 @dataclass
 class Graded:
-    """What the engine's steps found about one submission (their notebook and resources, summed up)."""
+    """One submission after the engine's steps: the autograded notebook so far, and what they found."""
 
-    student: str
-    assignment: str
-    notebook: str
-    scores: dict[str, float] = field(default_factory=dict)  # test grade id -> score
-    max_scores: dict[str, float] = field(default_factory=dict)
-    report: dict[str, list[str]] = field(default_factory=dict)  # test grade id -> ✓/✗ lines
-    flags: list[str] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-    answers: dict[str, str | None] = field(default_factory=dict)
-    log: str = ""
-    seconds: float = 0.0
-    nb: nbformat.NotebookNode | None = None  # the autograded notebook so far
-    resources: dict = field(default_factory=dict)
-
-    @classmethod
-    def of(cls, nb: nbformat.NotebookNode, resources: dict) -> "Graded":
-        return cls(resources["student"], resources["assignment"], resources["notebook"],
-                   scores=resources.get("scores", {}), max_scores=resources.get("max_scores", {}),
-                   report=resources.get("report", {}), flags=resources.get("flags", []),
-                   notes=resources.get("notes", []), answers=resources.get("answers", {}),
-                   log=resources.get("log", ""), seconds=resources.get("seconds", 0.0), nb=nb, resources=resources)
+    nb: nbformat.NotebookNode
+    submission: Submission
 
 
 def load_checks(assignment: str):
@@ -98,13 +75,16 @@ def load_checks(assignment: str):
     unknown = sorted(set(module.HIDDEN) - declared)
     if unknown:
         raise SystemExit(f"{path.relative_to(ROOT)}: hidden cases for {unknown}, which {assignment} does not declare")
-    module.EXERCISES = {e.test_id: e.name for e in public.exercises(assignment)}
+    # the test cells this assignment's notebook must have, each with the exercise it grades
+    # (gpucourse.checks.EXERCISES is the other registry: exercise name -> its declaration)
+    module.EXERCISE_OF_TEST = {e.test_id: e.name for e in public.exercises(assignment)}
     return module
 
 
-def cases_for(checks, exercise: str) -> list[tuple[str, public.Case]]:
-    named = [(f"{exercise}/public/{i}", c) for i, c in enumerate(public.public_cases(exercise))]
-    return named + [(f"{exercise}/hidden/{i}", c) for i, c in enumerate(checks.HIDDEN.get(exercise, []))]
+def cases_for(checks, exercise: str) -> list[tuple[CaseRef, public.Case]]:
+    """The exercise's public cases, then its hidden ones (``checks``: ``load_checks``)."""
+    named = [(CaseRef(exercise, "public", i), c) for i, c in enumerate(public.public_cases(exercise))]
+    return named + [(CaseRef(exercise, "hidden", i), c) for i, c in enumerate(checks.HIDDEN.get(exercise, []))]
 
 
 def tests_of(nb) -> dict[str, float]:
@@ -113,13 +93,13 @@ def tests_of(nb) -> dict[str, float]:
             if assemble.nbgrader_meta(c).get("grade") and not assemble.nbgrader_meta(c).get("solution")}
 
 
-def cases_of(nb, checks, assignment: str) -> dict[str, list[tuple[str, public.Case]]]:
+def cases_of(nb, checks, assignment: str) -> dict[str, list[tuple[CaseRef, public.Case]]]:
     """Every test cell's cases, public then hidden."""
     tests = tests_of(nb)
-    unknown = sorted(set(tests) - set(checks.EXERCISES))
+    unknown = sorted(set(tests) - set(checks.EXERCISE_OF_TEST))
     if unknown:
         raise SystemExit(f"{assignment}: test cells {unknown} grade no exercise its check module declares")
-    return {test: cases_for(checks, checks.EXERCISES[test]) for test in tests}
+    return {test: cases_for(checks, checks.EXERCISE_OF_TEST[test]) for test in tests}
 
 
 def _meta(node) -> dict:
@@ -128,29 +108,29 @@ def _meta(node) -> dict:
 
 # --- 1. take the answers -----------------------------------------------------------------------------
 
-def take_answers(nb, resources):
+def take_answers(nb, sub: Submission):
     """Released notebook in; out, the same notebook with the student's answers in its answer cells
-    and no outputs. Reads ``resources["submitted"]``; sets ``plan`` and ``answers``. Nothing but the
-    answers' sources is taken from the submission."""
-    submission, read_flags = assemble.read_submission(resources["submitted"])
-    plan = assemble.plan(nb, submission, read_flags)
+    and no outputs. Reads ``sub.submitted``; sets ``plan`` and ``answers``. Nothing but the answers'
+    sources is taken from the submission."""
+    submitted, read_flags = assemble.read_submission(sub.submitted)
+    plan = assemble.plan(nb, submitted, read_flags)
     for cell in nb["cells"]:
         grade_id = assemble.nbgrader_meta(cell).get("grade_id")
         if assemble.nbgrader_meta(cell).get("solution") and plan.answers.get(grade_id) is not None:
             cell["source"] = plan.answers[grade_id]
         if cell["cell_type"] == "code":
             cell["outputs"], cell["execution_count"] = [], None
-    resources["plan"], resources["answers"] = plan, plan.answers
-    return nb, resources
+    sub.plan, sub.answers = plan, plan.answers
+    return nb, sub
 
 
 # --- 2. flag -----------------------------------------------------------------------------------------
 
-def flag(nb, resources):
+def flag(nb, sub: Submission):
     """Puts what a person should look at on the notebook: ``metadata.gpucourse.flags`` (and each
     answer's own on its cell), and ``forgery``, the reasons that zero every score of the submission.
-    Both go to resources too; a forgery reason is always a flag."""
-    plan = resources["plan"]
+    Both go to ``sub.flags`` and ``sub.forgery`` too; a forgery reason is always a flag."""
+    plan = sub.plan
     forgery = [str(reason) for reason in getattr(plan, "forgery", [])]
     flags = list(plan.flags) + [reason for reason in forgery if reason not in plan.flags]
     _meta(nb).update(flags=flags, forgery=forgery)
@@ -159,28 +139,29 @@ def flag(nb, resources):
         own = [f for f in flags if grade_id and f.startswith(f"answer {grade_id}:")]
         if own:
             _meta(cell)["flags"] = own
-    resources["flags"], resources["forgery"] = flags, forgery
-    return nb, resources
+    sub.flags, sub.forgery = flags, forgery
+    return nb, sub
 
 
 # --- 3. observe, in the sandbox ----------------------------------------------------------------------
 
-def _observer(case_id: str, case: public.Case) -> dict:
-    return {"case": case_id, "source": inspect.getsource(case.observe), "function": case.observe.__name__}
+def _observer(ref: CaseRef, case: public.Case) -> dict:
+    return {"case": str(ref), "source": inspect.getsource(case.observe), "function": case.observe.__name__}
 
 
-def _env() -> dict[str, str]:
+def _env(grading: Grading) -> dict[str, str]:
+    """The sandbox's whole environment; the course's variables (gpucourse.environment) cross into it here."""
     return {"PATH": os.defpath, "HOME": "/tmp", "LANG": "C.UTF-8", "MPLBACKEND": "Agg", "PYTHONDONTWRITEBYTECODE": "1",
-            "GPUCOURSE_SMOKE": os.environ.get("GPUCOURSE_SMOKE", "1"), "GPUCOURSE_OFFLINE": "1", "OMP_NUM_THREADS": "1",
+            environment.SMOKE: "1" if grading.smoke else "0", environment.OFFLINE: "1", "OMP_NUM_THREADS": "1",
             "PYTHONPATH": str(ROOT)}  # where the sandbox imports autograders.worker (visible: it alone)
 
 
-def _read_results(fd: int, sink: list[bytes]) -> None:
+def _read_results(fd: int, sink: list[bytes], limit: int) -> None:
     total = 0
     with os.fdopen(fd, "rb") as pipe:
         for chunk in iter(lambda: pipe.read(65536), b""):
-            if total < RESULTS_LIMIT:
-                sink.append(chunk[:RESULTS_LIMIT - total])
+            if total < limit:
+                sink.append(chunk[:limit - total])
             total += len(chunk)
 
 
@@ -254,60 +235,59 @@ def _cell_outputs(record: dict) -> list[dict]:
     return outputs
 
 
-def apply_records(nb, resources, records: list) -> None:
+def apply_records(nb, sub: Submission, records: list) -> None:
     """The runner's records, checked against the protocol (``protocol``), onto the notebook (each
-    cell's output and error on the cell it ran) and into ``resources["observations"]``. A record out
-    of turn is a forgery (it zeroes the submission); the runner's own flags zero it too (it refused
-    to observe a process that was not quiet, or its worker wrote out of turn)."""
-    plan, observations = resources["plan"], resources.setdefault("observations", {})
-    case_ids = [cid for named in cases_of(nb, resources["checks"], resources["assignment"]).values() for cid, _ in named]
-    records, flags, broken = protocol(records, len(plan.cells), case_ids)
+    cell's output and error on the cell it ran) and into ``sub.observations``. A record out of turn
+    is a forgery (it zeroes the submission); the runner's own flags zero it too (it refused to
+    observe a process that was not quiet, or its worker wrote out of turn)."""
+    plan = sub.plan
+    refs = [ref for named in cases_of(nb, sub.checks, sub.assignment).values() for ref, _ in named]
+    by_text = {str(ref): ref for ref in refs}
+    records, flags, broken = protocol(records, len(plan.cells), list(by_text))
     reasons = flags + ([f"the run's records broke the grader's protocol: {'; '.join(broken)}"] if broken else [])
     for reason in reasons:
-        resources["forgery"] = resources.get("forgery", []) + [reason]
-        resources["flags"] = resources.get("flags", []) + [reason]
+        sub.forgery = sub.forgery + [reason]
+        sub.flags = sub.flags + [reason]
         _meta(nb).setdefault("forgery", []).append(reason)
         _meta(nb).setdefault("flags", []).append(reason)
     for record in records:
         if record.get("type") == "cell" and isinstance(record.get("index"), int) and 0 <= record["index"] < len(plan.cells):
             nb["cells"][plan.cells[record["index"]]["template_index"]]["outputs"] = _cell_outputs(record)
-        elif record.get("type") == "observation" and isinstance(record.get("case"), str):
-            observations.setdefault(record["case"], record)
+        elif record.get("type") == "observation":  # protocol accepted only the job's cases, in its order
+            sub.observations.setdefault(by_text[record["case"]], record)
 
 
-def observe(nb, resources):
+def observe(nb, sub: Submission):
     """Runs the plan's cells, then every public and hidden case's observer, in a fresh sandbox
-    (``resources["sandbox"]``); sets ``observations``, ``notes``, ``log`` and ``seconds`` and puts
-    each cell's output on it. An unreadable submission runs nothing (every case has no observation)."""
-    plan, options = resources["plan"], resources["sandbox"]
-    resources.setdefault("observations", {})
-    resources.setdefault("notes", [])
-    resources.setdefault("log", "")
-    resources.setdefault("seconds", 0.0)
+    (``sub.sandbox``, with ``sub.grading``'s budgets); sets ``observations``, ``notes``, ``log`` and
+    ``seconds`` and puts each cell's output on it. An unreadable submission runs nothing (every case
+    has no observation)."""
+    plan, options, grading = sub.plan, sub.sandbox, sub.grading
     if not plan.readable:
-        return nb, resources
-    limits, preloads = options["limits"], options.get("preloads")
-    cases = cases_of(nb, resources["checks"], resources["assignment"])
+        return nb, sub
+    limits, preloads = options.limits, options.preloads
+    cases = cases_of(nb, sub.checks, sub.assignment)
     job = {"cells": [{"source": c["source"], "grade_id": c["grade_id"]} for c in plan.cells],
-           # one stuck cell or check costs a fraction of the wall time, not the whole run
-           "cell_seconds": min(300, limits.wall_seconds / 6), "observe_seconds": min(240, limits.wall_seconds / 2)}
+           # one stuck cell or check costs a fraction of the wall time, not the whole run; the sandbox
+           # side reads the grader's other settings from here too (settings.Grading.job_settings)
+           **grading.job_settings(limits.wall_seconds)}
     # the observers (hidden ones' source and inputs) on a pipe of their own, which the runner reads
     # only once the cells are done: no cell can read them
-    observers = json.dumps([_observer(cid, case) for named in cases.values() for cid, case in named]).encode()
-    box = options["work"] / ".sandbox" / f"{resources['student']}__{resources['assignment']}"
+    observers = json.dumps([_observer(ref, case) for named in cases.values() for ref, case in named]).encode()
+    box = options.work / ".sandbox" / f"{sub.student}__{sub.assignment}"
     if box.exists():
         shutil.rmtree(box)
     box.mkdir(parents=True)
     read_end, write_end = os.pipe()
     observers_r, observers_w = os.pipe()
     sink: list[bytes] = []
-    reader = threading.Thread(target=_read_results, args=(read_end, sink), daemon=True)
+    reader = threading.Thread(target=_read_results, args=(read_end, sink, grading.results_bytes), daemon=True)
     reader.start()
     threading.Thread(target=_write_all, args=(observers_w, observers), daemon=True).start()
     server = preloads.take() if preloads is not None else None
     try:
         outcome = sandbox.run([sys.executable, "-m", WORKER, str(write_end), str(observers_r)], box,
-                              env=_env(), hide=options["hide"], limits=limits, isolate=options.get("isolate"),
+                              env=_env(grading), hide=options.hide, limits=limits, isolate=options.isolate,
                               stdin=json.dumps(job).encode(), pass_fds=(write_end, observers_r), preloaded=server)
     finally:
         if server is not None:
@@ -315,27 +295,26 @@ def observe(nb, resources):
     reader.join(timeout=30)
     shutil.rmtree(box, ignore_errors=True)
     records, finished = _records(b"".join(sink))
-    resources["seconds"] = outcome.seconds
-    resources["notes"] += outcome.notes
+    sub.seconds = outcome.seconds
+    sub.notes += outcome.notes
     if not finished:
-        resources["notes"].append("the run ended before all checks ran" + (" (out of time)" if outcome.timed_out else
-                                                                           f" (exit code {outcome.returncode})"))
-    apply_records(nb, resources, records)
-    for reason in infrastructure(resources["observations"]):
-        resources["notes"].append(reason)
-    resources["log"] = outcome.output
-    return nb, resources
+        sub.notes.append("the run ended before all checks ran" + (" (out of time)" if outcome.timed_out else
+                                                                 f" (exit code {outcome.returncode})"))
+    apply_records(nb, sub, records)
+    sub.notes += infrastructure(sub.observations)
+    sub.log = outcome.output
+    return nb, sub
 
 
-def infrastructure(observations: dict) -> list[str]:
+def infrastructure(observations: dict[CaseRef, dict]) -> list[str]:
     """Why launches failed for reasons of the machine's, not the answer's (``gpucourse.checks.ddp``
     tried each again first): notes a person reads in flagged.txt, never a silent 0."""
     found = []
-    for case_id, observation in observations.items():
+    for ref, observation in observations.items():
         data = observation.get("data")
         if isinstance(data, dict) and data.get("infrastructure"):
             reason = (f"a multi-process launch failed for reasons of the machine ({str(data['infrastructure'])[:200]}): "
-                      f"regrade {case_id.split('/')[0]}")
+                      f"regrade {ref.exercise}")
             if reason not in found:
                 found.append(reason)
     return found
@@ -356,21 +335,20 @@ def _judge(case: public.Case, observation: dict | None) -> str | None:
         return f"unexpected data ({type(error).__name__})"
 
 
-def judge(nb, resources):
+def judge(nb, sub: Submission):
     """Judges every case's observation; on each test cell, its ✓/✗ lines as output (and an error
     output when a check failed) and ``metadata.gpucourse`` ``score``/``max_score``. A test scores
     its points when every case passed, else 0; any ``forgery`` reason scores every test 0 and says so
     on its first line. Sets ``scores``, ``max_scores`` and ``report``."""
-    cases = cases_of(nb, resources["checks"], resources["assignment"])
-    tests, observations = tests_of(nb), resources.get("observations", {})
-    forgery = resources.get("forgery", [])
+    cases = cases_of(nb, sub.checks, sub.assignment)
+    tests, observations, forgery = tests_of(nb), sub.observations, sub.forgery
     scores, report = {}, {}
     for test, named in cases.items():
         lines = [f"scored 0: {'; '.join(forgery)}"] if forgery else []
         passed = not forgery
-        for case_id, case in named:
-            verdict = _judge(case, observations.get(case_id))
-            label = ("hidden check: " if "/hidden/" in case_id else "") + case.name
+        for ref, case in named:
+            verdict = _judge(case, observations.get(ref))
+            label = ("hidden check: " if ref.hidden else "") + case.name
             lines.append(f"✓ {label}" if verdict is None else f"✗ {label}: {verdict}")
             passed = passed and verdict is None
         report[test], scores[test] = lines, tests[test] if passed else 0.0
@@ -383,17 +361,17 @@ def judge(nb, resources):
             cell["outputs"].append(nbformat.v4.new_output("error", ename="CheckFailed",
                                                           evalue="some checks failed (see above)", traceback=[]))
         _meta(cell).update(score=scores[test], max_score=tests[test])
-    resources.update(scores=scores, max_scores=tests, report=report)
-    return nb, resources
+    sub.scores, sub.max_scores, sub.report = scores, tests, report
+    return nb, sub
 
 
 STEPS = (take_answers, flag, observe, judge)
 
 
-def run(nb, resources, steps=STEPS):
+def run(nb, sub: Submission, steps=STEPS):
     for step in steps:
-        nb, resources = step(nb, resources)
-    return nb, resources
+        nb, sub = step(nb, sub)
+    return nb, sub
 
 
 def forks() -> bool:
@@ -407,15 +385,16 @@ class Preloads:
     """Preloaded Pythons (sandbox.Preloaded) for the sandboxes, one per grading worker at a time,
     started on first use or ahead (``start``): a submission's run is forked from one instead of
     starting Python and importing torch and Lightning again. ``with Preloads() as preloads:`` stops
-    them afterwards."""
+    them afterwards. ``grading``: the settings the sandboxes' environment comes from (``_env``)."""
 
-    def __init__(self):
+    def __init__(self, grading: Grading | None = None):
+        self._env = _env(grading or Grading())
         self._idle: queue.SimpleQueue[sandbox.Preloaded] = queue.SimpleQueue()
         self._started: list[sandbox.Preloaded] = []
         self._lock = threading.Lock()
 
     def _new(self) -> sandbox.Preloaded:
-        server = sandbox.Preloaded(_env())
+        server = sandbox.Preloaded(self._env)
         with self._lock:
             self._started.append(server)
         return server
@@ -445,20 +424,19 @@ class Preloads:
             server.close()
 
 
-def start(work: Path, student: str, assignment: str, released_path: Path, hide: list[Path],
-          limits: sandbox.Limits, isolate: bool | None = None, preloads: Preloads | None = None):
-    """The chain's input for one submission: the released notebook and the resources the steps read."""
+def start(work: Path, student: str, assignment: str, released_path: Path, options: SandboxOptions,
+          grading: Grading | None = None) -> tuple[nbformat.NotebookNode, Submission]:
+    """The chain's input for one submission: the released notebook, and the Submission the steps fill."""
     nb = nbformat.reads(released_path.read_text(), as_version=4)
-    return nb, {"student": student, "assignment": assignment, "notebook": released_path.stem,
-                "submitted": work / "submitted" / student / assignment / released_path.name,
-                "checks": load_checks(assignment),
-                "sandbox": {"work": work, "hide": hide, "limits": limits, "isolate": isolate, "preloads": preloads}}
+    return nb, Submission(student, assignment, released_path.stem,
+                          submitted=work / "submitted" / student / assignment / released_path.name,
+                          checks=load_checks(assignment), grading=grading or Grading(), sandbox=options)
 
 
-def grade_submission(work: Path, student: str, assignment: str, released_path: Path, hide: list[Path],
-                     limits: sandbox.Limits, isolate: bool | None = None, preloads: Preloads | None = None) -> Graded:
+def grade_submission(work: Path, student: str, assignment: str, released_path: Path, options: SandboxOptions,
+                     grading: Grading | None = None) -> Graded:
     """Every step about one submission up to its grades (``STEPS``); writing them down is record.py's."""
-    return Graded.of(*run(*start(work, student, assignment, released_path, hide, limits, isolate, preloads)))
+    return Graded(*run(*start(work, student, assignment, released_path, options, grading)))
 
 
 def cost(nb, submitted: Path, assignment: str) -> int:

@@ -14,8 +14,9 @@ RESULTS receives:
 
 Each submission goes through the engine's steps (autograders/engine.py: take the answers, flag,
 observe in its own sandbox, judge), then record.py's (save the grades, nbgrader's late penalty);
-see autograders/THREAT_MODEL.md. Kernels run with GPUCOURSE_SMOKE=1
-unless it is already set: grading needs the exercises' answers, not the lessons' measurements.
+see autograders/THREAT_MODEL.md. Every limit, budget and switch is a setting in
+autograders/nbgrader_config.py (settings.py: ``c.Grading...``, ``c.SandboxLimits...``); the flags
+below override the configuration.
 """
 
 from __future__ import annotations
@@ -36,7 +37,9 @@ import nbformat
 from tqdm import tqdm
 
 from . import engine, record, sandbox
+from .context import SandboxOptions
 from .course import COURSE, HERE, ROOT, SOLUTIONS, DueDates, api, assignments, load_config
+from .settings import Grading, settings
 
 IGNORED = shutil.ignore_patterns(".ipynb_checkpoints", "__pycache__")
 
@@ -174,14 +177,19 @@ def longest_first(work: Path, pairs: list[tuple[str, str]], released) -> list[tu
 
 
 def sandboxed(work: Path, pairs: list[tuple[str, str]], released, hide: list[Path], jobs: int,
-              limits: sandbox.Limits, preload: bool = True, preloads: engine.Preloads | None = None):
+              limits: sandbox.Limits, preload: bool = True, preloads: engine.Preloads | None = None,
+              grading: Grading | None = None):
     """Every pair through the engine's steps, each in its own sandbox, ``jobs`` at a time, longest
     first: yields (student, assignment, Graded or the grader's exception) as each one ends.
-    ``released(assignment)`` is the released notebook's path.
+    ``released(assignment)`` is the released notebook's path; ``grading`` the settings (defaults
+    without one).
 
     ``preload``: fork each sandbox from a preloaded Python per worker (engine.Preloads; ``preloads``
     when the caller started them ahead) instead of starting Python and importing torch for every submission."""
+    grading = grading or Grading()
     isolate = sandbox.namespaces_available()
+    if grading.require_isolation and not isolate:
+        raise SystemExit(f"c.Grading.require_isolation is set, and {sandbox.probe().describe()}")
     # one user per sandbox running at a time (sandbox.Limits.user, used under namespaces): a fork bomb
     # exhausts its own processes only
     free = queue.SimpleQueue()
@@ -191,12 +199,12 @@ def sandboxed(work: Path, pairs: list[tuple[str, str]], released, hide: list[Pat
     def one(student: str, aid: str, preloads) -> engine.Graded:
         user = free.get()
         try:
-            return engine.grade_submission(work, student, aid, released(aid), hide, dataclasses.replace(limits, user=user),
-                                           isolate, preloads)
+            options = SandboxOptions(work, hide, dataclasses.replace(limits, user=user), isolate, preloads)
+            return engine.grade_submission(work, student, aid, released(aid), options, grading)
         finally:
             free.put(user)
 
-    own = engine.Preloads() if preload and preloads is None else contextlib.nullcontext(preloads if preload else None)
+    own = engine.Preloads(grading) if preload and preloads is None else contextlib.nullcontext(preloads if preload else None)
     with own as preloads, ThreadPoolExecutor(max_workers=jobs) as pool:  # every worker done before the preloaded Pythons stop
         futures = {pool.submit(one, student, aid, preloads): (student, aid)
                    for student, aid in longest_first(work, pairs, released)}
@@ -209,14 +217,15 @@ def sandboxed(work: Path, pairs: list[tuple[str, str]], released, hide: list[Pat
 
 
 def autograde(work: Path, batch: Batch, results: Path, submissions: Path, jobs: int, limits: sandbox.Limits,
-              config, preload: bool = True, preloads: engine.Preloads | None = None) -> list[tuple[str, str]]:
+              config, preload: bool = True, preloads: engine.Preloads | None = None,
+              grading: Grading | None = None) -> list[tuple[str, str]]:
     """Step 4: every pair through the engine's steps, ``jobs`` at a time; as each one ends, this
     thread (the gradebook's one writer) runs record.py's steps on it: grades, then late penalty."""
     hide = [work, results, submissions, ROOT / "solutions", ROOT / "autograders", ROOT / "tests", ROOT / ".git"]
     from nbgrader.api import Gradebook
 
     graded = []
-    ended = sandboxed(work, batch.pairs, lambda aid: _released(work, aid), hide, jobs, limits, preload, preloads)
+    ended = sandboxed(work, batch.pairs, lambda aid: _released(work, aid), hide, jobs, limits, preload, preloads, grading)
     with tqdm(total=len(batch.pairs), desc="grading", unit="submission", dynamic_ncols=True) as progress, \
             Gradebook(record.db_url(work)) as gradebook:
         for student, aid, result in ended:
@@ -225,27 +234,33 @@ def autograde(work: Path, batch: Batch, results: Path, submissions: Path, jobs: 
                 if isinstance(result, Exception):
                     raise result
                 with batch.timed("save grades, late penalty"):
-                    _, resources = engine.run(result.nb, {**result.resources, "work": work, "logs": results / "logs",
-                                                          "config": config, "gradebook": gradebook}, record.STEPS)
+                    sub = result.submission
+                    sub.work, sub.logs, sub.config, sub.gradebook = work, results / "logs", config, gradebook
+                    _, sub = engine.run(result.nb, sub, record.STEPS)
             except Exception as error:  # a grader fault on one submission never stops the batch
                 batch.problem(student, aid, f"could not be graded: {type(error).__name__}: {error}")
                 continue
             graded.append((student, aid))
-            batch.seconds["sandboxed runs, summed"] = batch.seconds.get("sandboxed runs, summed", 0.0) + resources["seconds"]
-            flags, notes = resources["flags"], resources.get("notes", [])
+            batch.seconds["sandboxed runs, summed"] = batch.seconds.get("sandboxed runs, summed", 0.0) + sub.seconds
+            flags, notes = sub.flags, sub.notes
             if flags or notes:
                 batch.flagged.append(f"{student}/{aid}: " + "; ".join(flags + notes))
-            score = f"{sum(resources['scores'].values()):g}/{sum(resources['max_scores'].values()):g}"
-            late = f" late, -{resources['late_penalty']:g}" if resources.get("seconds_late") else ""
+            score = f"{sum(sub.scores.values()):g}/{sum(sub.max_scores.values()):g}"
+            late = f" late, -{sub.late_penalty:g}" if sub.seconds_late else ""
             progress.write(f"{student}/{aid} {score}{late}{' FLAGGED' if flags else ''}")
     return graded
 
 
-def engine_only(submissions: Path, jobs: int | None = None, limits: sandbox.Limits = sandbox.Limits(),
-                preload: bool = True) -> tuple[Batch, dict[tuple[str, str], engine.Graded]]:
+def engine_only(submissions: Path, jobs: int | None = None, limits: sandbox.Limits | None = None,
+                preload: bool | None = None, config=None) -> tuple[Batch, dict[tuple[str, str], engine.Graded]]:
     """The engine alone on a class: each submission sandboxed and judged exactly as ``grade`` does,
     against course/'s released notebooks, without nbgrader (no gradebook, feedback or CSV export).
-    For checking many answers quickly (the test suite's fixtures); ``grade`` is the instructors' tool."""
+    For checking many answers quickly (the test suite's fixtures); ``grade`` is the instructors' tool.
+    ``config``: the configuration to read the settings from (default: nbgrader_config.py); ``jobs``,
+    ``limits`` and ``preload`` override it."""
+    found = settings(config if config is not None else load_config())
+    grading, limits = found.grading, limits or found.limits
+    jobs, preload = jobs or grading.jobs or os.cpu_count() or 1, grading.preload if preload is None else preload
     submissions = submissions.resolve()
     batch = discover(submissions, assignments(SOLUTIONS))
     graded: dict[tuple[str, str], engine.Graded] = {}
@@ -255,8 +270,8 @@ def engine_only(submissions: Path, jobs: int | None = None, limits: sandbox.Limi
             shutil.copytree(submissions / student / aid, work / "submitted" / student / aid, ignore=IGNORED, symlinks=True)
         hide = [work, submissions, ROOT / "solutions", ROOT / "autograders", ROOT / "tests", ROOT / ".git"]
         released = {aid: _notebook(COURSE / aid, aid) for _, aid in batch.pairs}
-        for student, aid, result in sandboxed(work, batch.pairs, released.__getitem__, hide,
-                                              jobs or os.cpu_count() or 1, limits, preload):
+        for student, aid, result in sandboxed(work, batch.pairs, released.__getitem__, hide, jobs, limits, preload,
+                                              grading=grading):
             if isinstance(result, Exception):
                 batch.problem(student, aid, f"could not be graded: {type(result).__name__}: {result}")
             else:
@@ -316,24 +331,26 @@ def merge_lines(path: Path, lines: list[str], student: str | None, sort: bool = 
 
 
 def grade(submissions: Path, results: Path, solutions: Path = SOLUTIONS, only_student: str | None = None,
-          jobs: int | None = None, limits: sandbox.Limits = sandbox.Limits(), preload: bool = True) -> Batch:
-    """Run the steps; returns what was graded, flagged and could not be graded."""
+          jobs: int | None = None, limits: sandbox.Limits | None = None, preload: bool | None = None) -> Batch:
+    """Run the steps; returns what was graded, flagged and could not be graded. The settings come from
+    nbgrader_config.py (settings.py); ``jobs``, ``limits`` and ``preload``, when given, override it."""
     submissions, results = submissions.resolve(), results.resolve()
-    os.environ.setdefault("GPUCOURSE_SMOKE", "1")
     work = results / "nbgrader"
     work.mkdir(parents=True, exist_ok=True)
     batch = discover(submissions, assignments(solutions), only_student)
     prepare(work, submissions, batch, solutions)
-    jobs = jobs or os.cpu_count() or 1
-    with (engine.Preloads() if preload else contextlib.nullcontext()) as preloads:
+    config = load_config(root=work, db=work / "gradebook.db", source="source", release="release")
+    found = settings(config)
+    grading, limits = found.grading, limits or found.limits
+    jobs, preload = jobs or grading.jobs or os.cpu_count() or 1, grading.preload if preload is None else preload
+    with (engine.Preloads(grading) if preload else contextlib.nullcontext()) as preloads:
         if preloads is not None and engine.forks():  # their imports overlap registering the assignments
             preloads.start(min(jobs, len(batch.pairs)))
         with batch.timed("register"):
-            config = load_config(root=work, db=work / "gradebook.db", source="source", release="release")
             nbgrader = api(config)
             register(nbgrader, batch)
         with batch.timed("autograde"):
-            graded = autograde(work, batch, results, submissions, jobs, limits, config, preload, preloads)
+            graded = autograde(work, batch, results, submissions, jobs, limits, config, preload, preloads, grading)
     with batch.timed("feedback"):
         feedback(nbgrader, graded, work, results / "feedback", batch, one_by_one=only_student is not None)
     with batch.timed("export"):
@@ -348,11 +365,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--submissions", type=Path, required=True)
     parser.add_argument("--results", type=Path, required=True)
     parser.add_argument("--student", help="regrade only this student")
-    parser.add_argument("--jobs", type=int, help="submissions graded at once (default: one per core)")
+    parser.add_argument("--jobs", type=int, help="submissions graded at once (default: c.Grading.jobs, else one per core)")
     parser.add_argument("--no-preload", action="store_true",
-                        help="start Python for every submission instead of forking it from a preloaded one")
+                        help="start Python for every submission instead of forking it from a preloaded one "
+                             "(default: c.Grading.preload)")
     args = parser.parse_args(argv)
-    batch = grade(args.submissions, args.results, only_student=args.student, jobs=args.jobs, preload=not args.no_preload)
+    batch = grade(args.submissions, args.results, only_student=args.student, jobs=args.jobs,
+                  preload=False if args.no_preload else None)
     print(f"graded {len(batch.pairs)} submission(s); grades in {args.results / 'grades.csv'}")
     for line in sorted(batch.flagged):
         print(f"  flagged: {line}")

@@ -38,6 +38,38 @@ c.LateSubmissionPlugin.penalty_method = "zero"
 # one the gradebook has (`make nbgrader RESULTS=<dir> ARGS="db assignment add <id> --duedate=..."`).
 c.DueDates.duedates = {}
 
+# `make grade`'s limits, budgets and switches (autograders/settings.py, where each one's help says
+# more). The values below are the defaults: uncomment a line to change it for every run, e.g.
+# c.Grading.cell_seconds = 120. `make grade GRADE_ARGS="--jobs 4 --no-preload"` overrides jobs and
+# preload for one run.
+#
+# Grading: one cell's and one check's budgets, each the smaller of a cap and a share of the wall time
+# c.Grading.cell_seconds = 300.0  # the most seconds one cell may run before its alarm (CellTimeout)
+# c.Grading.cell_share = 1 / 6  # one cell's budget as a share of c.SandboxLimits.wall_seconds
+# c.Grading.observe_seconds = 240.0  # the most seconds one check's observer may run
+# c.Grading.observe_share = 0.5  # one observer's budget as a share of c.SandboxLimits.wall_seconds
+# Grading: the sandbox side (the runner and its supervisor read these from the job)
+# c.Grading.output_limit = 20000  # characters of each cell's and each check's output kept for the feedback
+# c.Grading.grace_seconds = 10.0  # a cell or check overrunning its alarm by this long is stopped from outside
+# c.Grading.restarts = 3  # fresh workers a run may start after cells or checks stopped from outside
+# c.Grading.setup_seconds = 120.0  # a fresh worker's snapshot of the modules, before its first cell
+# c.Grading.max_ranks = 4  # the most ranks a graded multi-process launch may ask for
+# c.Grading.script_seconds = 180.0  # a whole multi-process launch of a script exercise
+# c.Grading.collective_seconds = 45.0  # a collective waits this long, then fails every rank of a graded launch
+# Grading: the grader's side
+# c.Grading.results_bytes = 8 << 20  # bytes accepted from a run's results pipe
+# c.Grading.jobs = 0  # submissions graded at once; 0: one per CPU core (--jobs N)
+# c.Grading.preload = True  # fork each sandbox from a preloaded Python instead of starting one (--no-preload)
+# c.Grading.require_isolation = False  # refuse to grade where neither namespaces nor bubblewrap isolate the sandbox
+# c.Grading.smoke = True  # GPUCOURSE_SMOKE in the sandbox; default: the grader's own GPUCOURSE_SMOKE, else true
+# SandboxLimits: one submission's sandbox (sandbox.Limits)
+# c.SandboxLimits.wall_seconds = 600.0  # the whole submission, cells and checks; then its processes are killed
+# c.SandboxLimits.cpu_seconds = 900  # CPU seconds of its processes (RLIMIT_CPU)
+# c.SandboxLimits.memory_bytes = 6 << 30  # address space per process (RLIMIT_AS); importing torch maps ~2 GB
+# c.SandboxLimits.processes = 256  # processes and threads of its user (RLIMIT_NPROC): bounds a fork bomb
+# c.SandboxLimits.file_bytes = 256 << 20  # largest file it may write (RLIMIT_FSIZE)
+# c.SandboxLimits.output_bytes = 1 << 20  # bytes of its stdout and stderr kept for the log
+
 # Grading and Validate execute each notebook with a real kernel; warnings on stderr cost nothing.
 c.Execute.timeout = 600
 

@@ -1,7 +1,7 @@
 """The engine's last steps: write a graded submission down, then apply nbgrader's late penalty.
 
-Both are ``step(nb, resources) -> (nb, resources)`` like the engine's (engine.py), run by the
-grader's main thread only: it is the gradebook's one writer.
+Both are ``step(nb, submission) -> (nb, submission)`` like the engine's (engine.py, on a
+``context.Submission``), run by the grader's main thread only: it is the gradebook's one writer.
 
 - ``save_grades``: the autograded notebook (the engine's notebook: the *released* one with the
   student's answers and the check results, so no solution or hidden check), nbgrader's gradebook
@@ -12,7 +12,7 @@ grader's main thread only: it is the gradebook's one writer.
   ``LateSubmissionPlugin`` (or the subclass ``c.AssignLatePenalties.plugin_class`` names) decides
   the penalty of a submission stamped after its assignment's due date.
 
-Resources they read, besides the engine's: ``work`` (the nbgrader course folder), ``logs`` (the
+Fields they read, besides the engine's: ``work`` (the nbgrader course folder), ``logs`` (the
 folder of the logs), ``config`` (the course's nbgrader configuration) and, optionally,
 ``gradebook``: an open ``Gradebook`` of ``work`` kept for a whole class (SQLAlchemy then compiles
 each query once instead of once per submission).
@@ -33,6 +33,7 @@ from nbgrader.api import Gradebook, MissingEntry
 from nbgrader.utils import compute_checksum, parse_utc
 
 from .assemble import nbgrader_meta
+from .context import Submission
 
 QUIET = logging.getLogger("gpucourse.late")
 QUIET.setLevel(logging.ERROR)
@@ -44,15 +45,15 @@ def db_url(work: Path) -> str:
 
 
 @contextlib.contextmanager
-def _gradebook(resources: dict):
-    if resources.get("gradebook") is not None:
+def _gradebook(sub: Submission):
+    if sub.gradebook is not None:
         try:
-            yield resources["gradebook"]
+            yield sub.gradebook
         except BaseException:  # this submission's half-done changes must not reach the next one's commit
-            resources["gradebook"].db.rollback()
+            sub.gradebook.db.rollback()
             raise
     else:
-        with Gradebook(db_url(resources["work"])) as gradebook:
+        with Gradebook(db_url(sub.work)) as gradebook:
             yield gradebook
 
 
@@ -70,29 +71,29 @@ def submitted_at(folder: Path) -> tuple[datetime.datetime | None, str | None]:
         return None, "timestamp.txt holds no timestamp (ignored)"
 
 
-def _log_lines(resources: dict) -> list[str]:
-    scores, max_scores = resources["scores"], resources["max_scores"]
-    lines = [f"{resources['student']}/{resources['assignment']}: {sum(scores.values()):g}/{sum(max_scores.values()):g} "
-             f"auto-graded points in {resources.get('seconds', 0.0):.1f} s"]
-    lines += [f"flag: {f}" for f in resources["flags"]] + [f"note: {n}" for n in resources.get("notes", [])]
-    for test, report in resources["report"].items():
+def _log_lines(sub: Submission) -> list[str]:
+    scores, max_scores = sub.scores, sub.max_scores
+    lines = [f"{sub.student}/{sub.assignment}: {sum(scores.values()):g}/{sum(max_scores.values()):g} "
+             f"auto-graded points in {sub.seconds:.1f} s"]
+    lines += [f"flag: {f}" for f in sub.flags] + [f"note: {n}" for n in sub.notes]
+    for test, report in sub.report.items():
         lines += [f"{test} ({scores[test]:g}/{max_scores[test]:g}):"] + [f"  {r}" for r in report]
-    return lines + ["--- sandbox output ---", resources.get("log", "")]
+    return lines + ["--- sandbox output ---", sub.log]
 
 
-def save_grades(nb, resources):
+def save_grades(nb, sub: Submission):
     """Writes the autograded notebook, the gradebook (the submission, stamped with its timestamp.txt
     as ``nbgrader autograde`` does; auto scores; written answers left to a person unless blank; the
     flag) and the log. A timestamp.txt that is not one becomes a flag."""
-    work, student, assignment, notebook = resources["work"], resources["student"], resources["assignment"], resources["notebook"]
-    timestamp, why = submitted_at(resources["submitted"].parent)
+    work, student, assignment, notebook = sub.work, sub.student, sub.assignment, sub.notebook
+    timestamp, why = submitted_at(sub.submitted.parent)
     if why:
-        resources["flags"] = resources["flags"] + [why]
-    resources["timestamp"] = timestamp
+        sub.flags = sub.flags + [why]
+    sub.timestamp = timestamp
     target = work / "autograded" / student / assignment
     target.mkdir(parents=True, exist_ok=True)
     (target / f"{notebook}.ipynb").write_text(nbformat.v4.writes(nb))  # valid by construction: not validated per submission
-    with _gradebook(resources) as gb, warnings.catch_warnings():
+    with _gradebook(sub) as gb, warnings.catch_warnings():
         warnings.simplefilter("ignore", SAWarning)  # nbgrader's add_submission autoflushes noisily
         gb.update_or_create_student(student)
         try:
@@ -106,31 +107,30 @@ def save_grades(nb, resources):
             if not meta.get("grade"):
                 continue
             grade = gb.find_grade(meta["grade_id"], notebook, assignment, student)
-            if meta["grade_id"] in resources["scores"]:
-                grade.auto_score = resources["scores"][meta["grade_id"]]
+            if meta["grade_id"] in sub.scores:
+                grade.auto_score = sub.scores[meta["grade_id"]]
             else:  # a written answer: a person grades it, unless it was left blank
-                answer = resources["answers"].get(meta["grade_id"])
+                answer = sub.answers.get(meta["grade_id"])
                 blank = answer is None or compute_checksum(nbformat.from_dict({**cell, "source": answer})) == meta.get("checksum")
                 grade.auto_score = 0.0 if blank else None
             grade.needs_manual_grade = grade.manual_score is not None or grade.auto_score is None
-        gb.find_submission_notebook(notebook, assignment, student).flagged = bool(resources["flags"])
+        gb.find_submission_notebook(notebook, assignment, student).flagged = bool(sub.flags)
         gb.db.commit()
-    logs = resources["logs"]
-    logs.mkdir(parents=True, exist_ok=True)
-    (logs / f"{student}__{assignment}.log").write_text("\n".join(_log_lines(resources)))
-    return nb, resources
+    sub.logs.mkdir(parents=True, exist_ok=True)
+    (sub.logs / f"{student}__{assignment}.log").write_text("\n".join(_log_lines(sub)))
+    return nb, sub
 
 
-def late_penalty(nb, resources):
+def late_penalty(nb, sub: Submission):
     """nbgrader's AssignLatePenalties on the saved submission: no penalty unless it is stamped after
     the assignment's due date (``DueDates`` in nbgrader_config.py), then the configured plugin's.
     Sets ``late_penalty`` (points) and ``seconds_late``; a late submission's log says both."""
     from nbgrader.preprocessors import AssignLatePenalties
 
-    student, assignment, notebook = resources["student"], resources["assignment"], resources["notebook"]
+    student, assignment, notebook = sub.student, sub.assignment, sub.notebook
 
     def found() -> tuple[float, float | None]:
-        with _gradebook(resources) as gb:
+        with _gradebook(sub) as gb:
             late = gb.find_submission(assignment, student).total_seconds_late
             penalty = gb.find_submission_notebook(notebook, assignment, student).late_submission_penalty
             gb.db.commit()  # no transaction left open while nbgrader's own connection writes
@@ -138,16 +138,16 @@ def late_penalty(nb, resources):
 
     late, penalty = found()
     if late > 0 or penalty is not None:  # otherwise it would only set the penalty to None again
-        step = AssignLatePenalties(config=resources["config"], log=QUIET)  # the log file says it below
+        step = AssignLatePenalties(config=sub.config, log=QUIET)  # the log file says it below
         step.preprocess(nb, {"nbgrader": {"notebook": notebook, "assignment": assignment, "student": student,
-                                          "db_url": db_url(resources["work"])}})
+                                          "db_url": db_url(sub.work)}})
         late, penalty = found()
-    resources["seconds_late"], resources["late_penalty"] = late, penalty or 0.0
+    sub.seconds_late, sub.late_penalty = late, penalty or 0.0
     if late > 0:
-        log = resources["logs"] / f"{student}__{assignment}.log"
+        log = sub.logs / f"{student}__{assignment}.log"
         first, _, rest = log.read_text().partition("\n")
         log.write_text(f"{first}\nlate: {late:.0f} s after the due date; penalty {penalty or 0:g} point(s)\n{rest}")
-    return nb, resources
+    return nb, sub
 
 
 STEPS = (save_grades, late_penalty)

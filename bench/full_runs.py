@@ -22,6 +22,8 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
+from gpucourse import environment
+
 ROOT = Path(__file__).resolve().parent.parent
 CELL_LIMIT_S = 600  # nbgrader Validate's per-cell timeout, set in autograders/nbgrader_config.py
 SLOW_S = 300  # a lesson's full run should fit in about five minutes on a laptop CPU
@@ -114,12 +116,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--folder", type=Path, default=ROOT / "solutions", help="notebooks' folder (default solutions/)")
     parser.add_argument("--only", nargs="*", default=[], help="assignment folders to run, e.g. lesson04_mixed_precision")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
-    parser.add_argument("--offline", default=os.environ.get("GPUCOURSE_OFFLINE", "1"),
+    parser.add_argument("--offline", default="1",  # `make full-run` passes the caller's GPUCOURSE_OFFLINE
                         help="GPUCOURSE_OFFLINE for the kernels (1: the generated CIFAR-10; 0: download the real one)")
     parser.add_argument("--cell-limit", type=int, default=CELL_LIMIT_S)
     args = parser.parse_args(argv)
-    os.environ["GPUCOURSE_SMOKE"] = "0"  # kernels inherit this environment
-    os.environ["GPUCOURSE_OFFLINE"] = args.offline
+    os.environ[environment.SMOKE] = "0"  # kernels inherit this environment
+    os.environ[environment.OFFLINE] = args.offline
     args.out.mkdir(parents=True, exist_ok=True)
     store = args.out / "full_runs.json"
     paths = notebooks(args.folder, args.only)

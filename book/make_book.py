@@ -33,6 +33,8 @@ from pathlib import Path
 import nbformat
 import yaml
 
+from gpucourse import environment
+
 ROOT = Path(__file__).resolve().parent.parent
 HERE = Path(__file__).resolve().parent
 SOLUTIONS, COURSE = ROOT / "solutions", ROOT / "course"
@@ -147,7 +149,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     started = time.perf_counter()
     if not args.no_execute:
-        size = "smoke" if os.environ.get("GPUCOURSE_SMOKE") == "1" else "full"
+        size = "smoke" if environment.smoke() else "full"
         for rel in lessons():
             t0 = time.perf_counter()
             print(f"executing solutions/{rel} ({size} size) ...", flush=True)

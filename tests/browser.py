@@ -8,12 +8,12 @@ On a failure, `screenshot_on_failure` saves what the browser showed under `tests
 from __future__ import annotations
 
 import contextlib
-import os
 import shutil
 import tempfile
 from pathlib import Path
 
 import pytest
+from conftest import REQUIRE_BROWSER
 
 SCREENSHOTS = Path(__file__).resolve().parent / "screenshots"
 # Flags for a closed network and a root user: no sandbox, no background connections, a fresh profile.
@@ -28,7 +28,7 @@ def chromium_paths() -> tuple[str, str]:
     driver = shutil.which("chromedriver")
     if not (browser and driver):
         why = "needs Debian's chromium and chromium-driver (apt-get install chromium chromium-driver)"
-        if os.environ.get("GPUCOURSE_REQUIRE_BROWSER") == "1":  # CI: a missing browser is a failure
+        if REQUIRE_BROWSER:  # CI: a missing browser is a failure
             pytest.fail(f"GPUCOURSE_REQUIRE_BROWSER=1 but the browser test {why}")
         pytest.skip(why)
     return browser, driver

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import nbformat
 
+from gpucourse import environment
+
 ROOT = Path(__file__).resolve().parent.parent
 SOLUTIONS = ROOT / "solutions"
 COURSE = ROOT / "course"
@@ -20,7 +22,22 @@ FIXTURES = Path(__file__).resolve().parent / "fixtures"
 EXECUTED = ROOT / "build" / "executed"
 SESSION_START = time.time()  # executed notebooks older than this were not made by this pytest run
 
-os.environ.setdefault("GPUCOURSE_OFFLINE", "1")  # never download a dataset in tests; kernels inherit this
+os.environ.setdefault(environment.OFFLINE, "1")  # never download a dataset in tests; kernels inherit this
+
+# The suite's own switches, read here only (CI's `.ci/run` sets them; the course reads its variables in
+# gpucourse.environment): with GPUCOURSE_REQUIRE_ISOLATION=1 a test that cannot isolate a sandbox fails
+# instead of skipping, with GPUCOURSE_REQUIRE_BROWSER=1 a browser test without Chromium does;
+# GPUCOURSE_TEST_SECRETS names the folders test_sandbox.py's root run planted for its run as nobody.
+REQUIRE_ISOLATION_ENV, REQUIRE_BROWSER_ENV, SECRETS_ENV = ("GPUCOURSE_REQUIRE_ISOLATION", "GPUCOURSE_REQUIRE_BROWSER",
+                                                           "GPUCOURSE_TEST_SECRETS")
+REQUIRE_ISOLATION = os.environ.get(REQUIRE_ISOLATION_ENV) == "1"
+REQUIRE_BROWSER = os.environ.get(REQUIRE_BROWSER_ENV) == "1"
+
+
+def planted_secrets() -> list[Path]:
+    """The folders named in GPUCOURSE_TEST_SECRETS (none when it is unset)."""
+    return [Path(p) for p in os.environ.get(SECRETS_ENV, "").split(os.pathsep) if p]
+
 
 
 # The one notebook `make test-fast` executes (a quick lesson with GPU cells that skip on a CPU); the
@@ -81,7 +98,7 @@ def executed_solution(path: Path):
         raise NotebookFailed(_FAILED[path])
     if target.is_file() and target.stat().st_mtime >= SESSION_START:
         return read(target)
-    if os.environ.get("GPUCOURSE_SMOKE") != "1":
+    if not environment.smoke():
         raise NotebookFailed("run through `make test` (or `make test-fast`), which sets GPUCOURSE_SMOKE=1")
     nb = read(path)
     with tempfile.TemporaryDirectory() as workdir:

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import copy
 import json
-import os
 import shutil
 import time
 import uuid
@@ -23,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from autograders import sandbox
-from conftest import AUTOGRADERS, COURSE, ROOT, SOLUTIONS, nbgrader_meta, read
+from conftest import AUTOGRADERS, COURSE, REQUIRE_ISOLATION, ROOT, SOLUTIONS, nbgrader_meta, read
 
 pytestmark = pytest.mark.slow  # grades dozens of attack submissions in sandboxes: `make test`, not `make test-fast`
 
@@ -40,7 +39,7 @@ def _isolated():
     skip then, with what is missing; GPUCOURSE_REQUIRE_ISOLATION=1 (CI) makes that a failure."""
     if not sandbox.namespaces_available():
         why = "the adversarial suite needs an isolated sandbox: " + sandbox.probe().describe()
-        if os.environ.get("GPUCOURSE_REQUIRE_ISOLATION") == "1":
+        if REQUIRE_ISOLATION:
             pytest.fail(why)
         pytest.skip(why)
 

@@ -120,7 +120,7 @@ def test_every_check_public_and_hidden_says_what_to_define():
     _all_exercises()
     for path in sorted(AUTOGRADERS.glob("checks/*.py")):
         hidden = engine.load_checks(path.stem)
-        for test, exercise in hidden.EXERCISES.items():
+        for test, exercise in hidden.EXERCISE_OF_TEST.items():
             names = [a.name for a in checks.ANSWERS[exercise]]
             for case_id, case in engine.cases_for(hidden, exercise):
                 message = checks.run_case(case, {})

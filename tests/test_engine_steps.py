@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import copy
 import csv
+import dataclasses
 import json
 import shutil
 from pathlib import Path
@@ -26,9 +27,9 @@ import pytest
 
 from conftest import COURSE, SOLUTIONS, nbgrader_meta
 
-from autograders import engine
-from autograders import grade
-from autograders import record
+from autograders import engine, grade, record
+from autograders.context import CaseRef, Submission
+from autograders.settings import Grading
 
 ASSIGNMENT = "quiz_gpu_data_parallel"
 RELEASED = COURSE / ASSIGNMENT / "quiz.ipynb"
@@ -64,21 +65,21 @@ def submit(folder: Path, student: str, answers: dict[str, str], timestamp: str |
 
 
 def start(path: Path, student: str) -> tuple:
-    return released(), {"student": student, "assignment": ASSIGNMENT, "notebook": "quiz", "submitted": path,
-                        "checks": engine.load_checks(ASSIGNMENT)}
+    return released(), Submission(student, ASSIGNMENT, "quiz", submitted=path, checks=engine.load_checks(ASSIGNMENT),
+                                  grading=Grading())
 
 
-def observe_here(nb, resources):
+def observe_here(nb, sub):
     """What ``observe`` finds, without a sandbox, for answers that are plain values (the quiz's): the
     answer cells run here, then every case's observer; its records go through ``apply_records``."""
-    engine.apply_records(nb, resources, records_here(nb, resources))
-    return nb, resources
+    engine.apply_records(nb, sub, records_here(nb, sub))
+    return nb, sub
 
 
-def records_here(nb, resources) -> list[dict]:
+def records_here(nb, sub) -> list[dict]:
     """The records the runner would write for the quiz's answers, in the protocol's order."""
     namespace, records = {}, []
-    for index, cell in enumerate(resources["plan"].cells):
+    for index, cell in enumerate(sub.plan.cells):
         error = None
         if cell["grade_id"]:
             try:
@@ -86,10 +87,10 @@ def records_here(nb, resources) -> list[dict]:
             except Exception as exc:
                 error = f"{type(exc).__name__}: {exc}"
         records.append({"type": "cell", "index": index, "output": "", "error": error})
-    for named in engine.cases_of(nb, resources["checks"], ASSIGNMENT).values():
-        for case_id, case in named:
+    for named in engine.cases_of(nb, sub.checks, ASSIGNMENT).values():
+        for ref, case in named:
             data = json.loads(json.dumps(case.observe(namespace)))
-            records.append({"type": "observation", "case": case_id, "ok": True, "data": data})
+            records.append({"type": "observation", "case": str(ref), "ok": True, "data": data})
     return records + [{"type": "done"}]
 
 
@@ -102,32 +103,34 @@ def test_take_answers_takes_only_the_answers(tmp_path):
         _cell(nb, "q2_question").source = "## 2. an easier question"
 
     path = submit(tmp_path, "ada", {"q1": 'q1 = "c"'}, edit=tamper)
-    nb, resources = engine.take_answers(*start(path, "ada"))
+    nb, sub = engine.take_answers(*start(path, "ada"))
     assert _cell(nb, "q1").source == 'q1 = "c"'
     assert _cell(nb, "test_q1").source == _cell(released(), "test_q1").source
     assert _cell(nb, "q2_question").source == _cell(released(), "q2_question").source
     assert _cell(nb, "q2").source == _cell(released(), "q2").source  # unanswered: the release's stub
-    assert resources["answers"]["q1"] == 'q1 = "c"'
+    assert sub.answers["q1"] == 'q1 = "c"'
     assert not any(c.get("outputs") for c in nb.cells if c.cell_type == "code")
-    assert any("test_q1: changed" in f for f in resources["plan"].flags)
+    assert any("test_q1: changed" in f for f in sub.plan.flags)
 
 
 def test_flag_puts_flags_and_forgery_on_the_notebook(tmp_path):
     path = submit(tmp_path, "ada", {"q1": "import atexit\nq1 = 'c'"})
-    nb, resources = engine.take_answers(*start(path, "ada"))
-    resources["plan"].forgery = ["imports the course's checks"]
-    nb, resources = engine.flag(nb, resources)
+    nb, sub = engine.take_answers(*start(path, "ada"))
+    sub.plan.forgery = ["imports the course's checks"]
+    nb, sub = engine.flag(nb, sub)
     assert nb.metadata["gpucourse"]["forgery"] == ["imports the course's checks"]
-    assert "imports the course's checks" in resources["flags"] and resources["forgery"] == nb.metadata["gpucourse"]["forgery"]
+    assert "imports the course's checks" in sub.flags and sub.forgery == nb.metadata["gpucourse"]["forgery"]
     assert any(f.startswith("answer q1: hard exits") for f in _cell(nb, "q1").metadata["gpucourse"]["flags"])
     assert "gpucourse" not in _cell(nb, "q2").metadata
 
 
 def test_judge_scores_each_test_cell(tmp_path):
     answers = {**reference_answers(), "q2": 'q2 = "a"'}
-    nb, resources = engine.run(*start(submit(tmp_path, "ada", answers), "ada"), STEPS_HERE)
-    assert resources["scores"] == {f"test_{q}": (0.0 if q == "q2" else 1.0) for q in QUESTIONS}
-    assert resources["max_scores"] == {f"test_{q}": 1.0 for q in QUESTIONS}
+    nb, sub = engine.run(*start(submit(tmp_path, "ada", answers), "ada"), STEPS_HERE)
+    assert sub.scores == {f"test_{q}": (0.0 if q == "q2" else 1.0) for q in QUESTIONS}
+    assert sub.max_scores == {f"test_{q}": 1.0 for q in QUESTIONS}
+    assert set(sub.observations) == {ref for named in engine.cases_of(nb, sub.checks, ASSIGNMENT).values()
+                                     for ref, _ in named}
     right, wrong = _cell(nb, "test_q1"), _cell(nb, "test_q2")
     assert [o.output_type for o in right.outputs] == ["stream"] and right.outputs[0].text.startswith("✓")
     assert [o.output_type for o in wrong.outputs] == ["stream", "error"] and "✗ hidden check:" in wrong.outputs[0].text
@@ -136,11 +139,11 @@ def test_judge_scores_each_test_cell(tmp_path):
 
 
 def test_judge_zeroes_every_score_of_a_forgery(tmp_path):
-    nb, resources = engine.run(*start(submit(tmp_path, "ada", reference_answers()), "ada"), STEPS_HERE[:1])
-    resources["plan"].forgery = ["patches gpucourse.checks", "imports the hidden checks"]
-    nb, resources = engine.run(nb, resources, STEPS_HERE[1:])
-    assert set(resources["scores"].values()) == {0.0}
-    for test, lines in resources["report"].items():
+    nb, sub = engine.run(*start(submit(tmp_path, "ada", reference_answers()), "ada"), STEPS_HERE[:1])
+    sub.plan.forgery = ["patches gpucourse.checks", "imports the hidden checks"]
+    nb, sub = engine.run(nb, sub, STEPS_HERE[1:])
+    assert set(sub.scores.values()) == {0.0}
+    for test, lines in sub.report.items():
         assert lines[0] == "scored 0: patches gpucourse.checks; imports the hidden checks", test
         assert _cell(nb, test).outputs[-1].output_type == "error"
 
@@ -164,25 +167,41 @@ def _forged(records: list[dict]) -> dict[str, list[dict]]:
 def test_records_out_of_turn_are_forgery(tmp_path):
     """Cell records, then exactly one observation per case in the job's order, after the last cell:
     anything else (a record before its time, a duplicate, out of order, after done) zeroes and flags."""
-    nb, resources = engine.run(*start(submit(tmp_path, "ada", reference_answers()), "ada"), STEPS_HERE[:2])
-    honest = records_here(nb, resources)
-    _, checked = engine.run(copy.deepcopy(nb), {**resources, "flags": list(resources["flags"]), "forgery": []},
-                            (lambda n, r: (engine.apply_records(n, r, honest), (n, r))[1], engine.judge))
-    assert checked["forgery"] == [] and set(checked["scores"].values()) == {1.0}
+    nb, sub = engine.run(*start(submit(tmp_path, "ada", reference_answers()), "ada"), STEPS_HERE[:2])
+    honest = records_here(nb, sub)
+
+    def fresh() -> Submission:
+        return dataclasses.replace(sub, flags=list(sub.flags), forgery=[], observations={})
+
+    _, checked = engine.run(copy.deepcopy(nb), fresh(),
+                            (lambda n, s: (engine.apply_records(n, s, honest), (n, s))[1], engine.judge))
+    assert checked.forgery == [] and set(checked.scores.values()) == {1.0}
     for name, records in _forged(honest).items():
-        _, found = engine.run(copy.deepcopy(nb), {**resources, "flags": list(resources["flags"]), "forgery": [],
-                                                  "observations": {}},
-                              (lambda n, r: (engine.apply_records(n, r, records), (n, r))[1], engine.judge))
-        assert found["forgery"], name
-        assert set(found["scores"].values()) == {0.0}, name
-        assert all(reason in found["flags"] for reason in found["forgery"]), name
+        _, found = engine.run(copy.deepcopy(nb), fresh(),
+                              (lambda n, s: (engine.apply_records(n, s, records), (n, s))[1], engine.judge))
+        assert found.forgery, name
+        assert set(found.scores.values()) == {0.0}, name
+        assert all(reason in found.flags for reason in found.forgery), name
 
 
 def test_a_run_without_observations_scores_zero(tmp_path):
-    nb, resources = engine.run(*start(submit(tmp_path, "ada", reference_answers()), "ada"), STEPS_HERE[:2])
-    nb, resources = engine.judge(nb, resources)  # observe never reported (the sandbox died first)
-    assert set(resources["scores"].values()) == {0.0}
-    assert all("no observation" in line for lines in resources["report"].values() for line in lines)
+    nb, sub = engine.run(*start(submit(tmp_path, "ada", reference_answers()), "ada"), STEPS_HERE[:2])
+    nb, sub = engine.judge(nb, sub)  # observe never reported (the sandbox died first)
+    assert set(sub.scores.values()) == {0.0}
+    assert all("no observation" in line for lines in sub.report.values() for line in lines)
+
+
+def test_case_refs_travel_as_strings_and_parse_back():
+    ref = CaseRef("choose_tools", "hidden", 3)
+    assert str(ref) == "choose_tools/hidden/3" and ref.hidden
+    assert CaseRef.parse(str(ref)) == ref
+    assert not CaseRef.parse("choose_tools/public/0").hidden
+    for malformed in ("choose_tools/hidden", "choose_tools/secret/0", "choose_tools/hidden/-1", "choose_tools/hidden/01",
+                      "/public/0", "a/b/public/0", "choose_tools/public/0 ", 7):
+        with pytest.raises(ValueError, match="malformed case id"):
+            CaseRef.parse(malformed)
+    with pytest.raises(ValueError, match="not a case"):
+        CaseRef("choose_tools", "secret", 0)
 
 
 @pytest.fixture(scope="module")
@@ -223,16 +242,17 @@ def test_late_penalty_through_nbgrader_plugin(tmp_path, quiz_gradebook):
     logs, found = tmp_path / "logs", {}
     for student, stamp in stamps.items():
         path = submit(work / "submitted", student, reference_answers(), timestamp=stamp)
-        nb, resources = engine.run(*start(path, student), STEPS_HERE)
-        nb, resources = engine.run(nb, {**resources, "work": work, "logs": logs, "config": config}, record.STEPS)
-        found[student] = resources
+        nb, sub = engine.run(*start(path, student), STEPS_HERE)
+        sub.work, sub.logs, sub.config = work, logs, config
+        nb, sub = engine.run(nb, sub, record.STEPS)
+        found[student] = sub
     assert (work / "autograded" / "late" / ASSIGNMENT / "quiz.ipynb").exists()
 
-    assert found["late"]["seconds_late"] == pytest.approx(11 * 3600 + 60)  # Berlin is UTC+2 in October
-    assert found["late"]["late_penalty"] == len(QUESTIONS)  # the "zero" policy: every point, one per question
+    assert found["late"].seconds_late == pytest.approx(11 * 3600 + 60)  # Berlin is UTC+2 in October
+    assert found["late"].late_penalty == len(QUESTIONS)  # the "zero" policy: every point, one per question
     assert f"late: 39660 s after the due date; penalty {len(QUESTIONS)} point(s)" in (logs / f"late__{ASSIGNMENT}.log").read_text()
-    assert all(found[s]["late_penalty"] == 0 and found[s]["seconds_late"] == 0 for s in ("on-time", "unstamped", "garbled"))
-    assert "timestamp.txt holds no timestamp (ignored)" in found["garbled"]["flags"]
+    assert all(found[s].late_penalty == 0 and found[s].seconds_late == 0 for s in ("on-time", "unstamped", "garbled"))
+    assert "timestamp.txt holds no timestamp (ignored)" in found["garbled"].flags
 
     grade.export(config, tmp_path / "grades.csv")
     with open(tmp_path / "grades.csv") as handle:

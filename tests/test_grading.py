@@ -149,7 +149,7 @@ def test_wrong_fixtures_fail_for_their_own_reason(graded, engine_graded):
             if kind != "fails":
                 continue
             if pair in fixtures_graded:
-                lines = [line for line in fixtures_graded[pair].report[test] if line.startswith("✗")]
+                lines = [line for line in fixtures_graded[pair].submission.report[test] if line.startswith("✗")]
             else:  # the round trip's student: its log lists every check's result under its test cell
                 log = (results / "logs" / f"{pair[0]}__{pair[1]}.log").read_text().split("--- sandbox output ---")[0]
                 section = log.split(f"\n{test} (", 1)[-1].split("\ntest_", 1)[0] if f"\n{test} (" in log else ""
@@ -170,7 +170,7 @@ def test_scores(graded, engine_graded):
                 score, max_score = _score(results, student, assignment, notebook_of[assignment], grade_id)
             else:
                 result = fixtures_graded[(student, assignment)]
-                score, max_score = result.scores[grade_id], result.max_scores[grade_id]
+                score, max_score = result.submission.scores[grade_id], result.submission.max_scores[grade_id]
             assert max_score > 0
             if score != (max_score if want == "full" else 0):
                 wrong.append(f"{student}/{grade_id}: {score}/{max_score}, expected {want}")
@@ -327,7 +327,8 @@ def test_honest_answers_keep_their_points_under_load(tmp_path):
     assert not batch.problems, batch.problems
     assert len(graded) == 4
     for (student, lesson), result in graded.items():
-        lost = {test: (result.scores[test], result.max_scores[test]) for test in result.scores
-                if result.scores[test] != result.max_scores[test]}
-        assert not lost, (student, lesson, lost, result.report)
-        assert not result.flags and not result.resources["notes"], (student, lesson, result.flags, result.resources["notes"])
+        sub = result.submission
+        lost = {test: (sub.scores[test], sub.max_scores[test]) for test in sub.scores
+                if sub.scores[test] != sub.max_scores[test]}
+        assert not lost, (student, lesson, lost, sub.report)
+        assert not sub.flags and not sub.notes, (student, lesson, sub.flags, sub.notes)

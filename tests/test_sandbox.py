@@ -25,12 +25,12 @@ from pathlib import Path
 import pytest
 
 from autograders import sandbox
-from conftest import ROOT
+from conftest import REQUIRE_ISOLATION, REQUIRE_ISOLATION_ENV, ROOT, SECRETS_ENV, planted_secrets
 
 pytestmark = pytest.mark.slow  # starts isolated sandboxes, as root and as nobody: `make test`, not `make test-fast`
 
 ISOLATION = sandbox.probe()
-REQUIRED = os.environ.get("GPUCOURSE_REQUIRE_ISOLATION") == "1"
+REQUIRED = REQUIRE_ISOLATION
 
 
 def _missing(what: str) -> None:
@@ -268,7 +268,7 @@ def test_only_the_allow_list_is_visible(tmp_path, launch):
         key.write_text('{"salt": "x", "answers": {}}')
     # Run as nobody (test_isolated_for_an_ordinary_user), this test cannot write beside the checkout:
     # the root run plants the secrets there and names them in SECRETS_ENV, readable by anyone.
-    given = [Path(p) for p in os.environ.get(SECRETS_ENV, "").split(os.pathsep) if p]
+    given = planted_secrets()
     secrets = given or _plant_secrets()
     try:
         readable = [*(str(f / "answers.txt") for f in secrets), *(str(package / name) for name in sandbox.ANSWER_FILES),
@@ -295,9 +295,6 @@ def test_only_the_allow_list_is_visible(tmp_path, launch):
                 shutil.rmtree(folder, ignore_errors=True)
         if planted:
             key.unlink()
-
-
-SECRETS_ENV = "GPUCOURSE_TEST_SECRETS"
 
 
 def _plant_secrets() -> list[Path]:
@@ -418,7 +415,7 @@ def test_isolated_for_an_ordinary_user(tmp_path):
                   "exec setpriv --reuid={0} --regid={0} --clear-groups --inh-caps=-all -- {1}".format(
                       sandbox.NOBODY, " ".join(map(shlex.quote, [sys.executable, *pytest_args])))]
         env = {"PATH": os.defpath, "HOME": str(home), "LANG": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1",
-               "GPUCOURSE_REQUIRE_ISOLATION": "1", "GPUCOURSE_OFFLINE": "1", "OMP_NUM_THREADS": "1",
+               REQUIRE_ISOLATION_ENV: "1", "GPUCOURSE_OFFLINE": "1", "OMP_NUM_THREADS": "1",
                SECRETS_ENV: os.pathsep.join(map(str, secrets))}
         done = subprocess.run(["unshare", "--mount", "--", "sh", "-c", "\n".join(script)], cwd=home, env=env,
                               capture_output=True, text=True, timeout=900)

@@ -5,12 +5,13 @@ check() cell ends with its one-line CheckFailed; any other error, or a traceback
 
 from __future__ import annotations
 
-import os
 
 import pytest
 from nbclient import NotebookClient
 
 from conftest import COURSE, nbgrader_meta, notebooks, read
+
+from gpucourse import environment
 
 pytestmark = pytest.mark.slow  # runs every released notebook unanswered: `make test`, not `make test-fast`
 
@@ -44,7 +45,7 @@ def problems(nb) -> list[str]:
 
 @pytest.mark.parametrize("path", notebooks(COURSE), ids=lambda p: p.parent.name)
 def test_released_notebook_runs_unanswered_with_no_traceback_outside_the_exercises(path, tmp_path):
-    assert os.environ.get("GPUCOURSE_SMOKE") == "1", "run through `make test`, which sets GPUCOURSE_SMOKE=1"
+    assert environment.smoke(), "run through `make test`, which sets GPUCOURSE_SMOKE=1"
     nb = read(path)
     NotebookClient(nb, timeout=900, kernel_name="python3", allow_errors=True,
                    resources={"metadata": {"path": str(tmp_path)}}).execute()

@@ -37,6 +37,27 @@ SETUP_SECONDS = 120  # a fresh worker's snapshot, before its first cell
 MAX_RANKS = 4  # the most ranks a graded launch may ask for (a CPU grader: more would only contend)
 
 
+def _settings(job: dict) -> None:
+    """The grader's settings the job carries (autograders/settings.py, ``Grading.job_settings``), in
+    place of the constants above and those of the runner, ``ddp`` and ``launch``, which stay the
+    defaults of a job without them. Set before the launcher copy and any worker are forked."""
+    global GRACE, RESTARTS, SETUP_SECONDS, MAX_RANKS, OUTPUT_LIMIT
+    from datetime import timedelta
+
+    from gpucourse.checks import ddp
+
+    from . import runner
+
+    GRACE = float(job.get("grace", GRACE))
+    RESTARTS = int(job.get("restarts", RESTARTS))
+    SETUP_SECONDS = float(job.get("setup_seconds", SETUP_SECONDS))
+    MAX_RANKS = int(job.get("max_ranks", MAX_RANKS))
+    OUTPUT_LIMIT = runner.OUTPUT_LIMIT = int(job.get("output_limit", OUTPUT_LIMIT))
+    ddp.SCRIPT_TIMEOUT = float(job.get("script_seconds", ddp.SCRIPT_TIMEOUT))
+    if "collective_seconds" in job:
+        launch.COLLECTIVE_TIMEOUT = timedelta(seconds=float(job["collective_seconds"]))
+
+
 class ProtocolError(Exception):
     """The worker said something out of turn: code of the cells wrote to the supervisor's channel."""
 
@@ -336,6 +357,7 @@ def main(results_fd: int, observers_fd: int | None = None) -> None:
     own before any worker starts: what tests hand the runner)."""
     job = json.loads(sys.stdin.read())
     sys.stdin.close()
+    _settings(job)
     if observers_fd is None:
         observers_fd = _park(job.pop("observers", []))
     _not_dumpable()

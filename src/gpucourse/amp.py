@@ -22,10 +22,12 @@ from typing import Any
 import torch
 from torch import nn
 
+from gpucourse import environment
+
 BASE_FOLDER = "cifar-10-batches-py"
 MANIFEST = "gpucourse-manifest.json"
 LABELS = ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"]
-OFFLINE_ENV = "GPUCOURSE_OFFLINE"  # set by `make test` and the grader: never try the network
+OFFLINE_ENV = environment.OFFLINE  # set by `make test` and the grader: never try the network
 
 
 def write_cifar10(root: str | os.PathLike, per_batch: int = 100, test: int = 100, seed: int = 0) -> Path:
@@ -135,7 +137,7 @@ def _data_module_class():
             folder = Path(self.data_dir) / BASE_FOLDER
             if folder.is_dir():
                 return
-            if os.environ.get(OFFLINE_ENV) != "1":
+            if not environment.offline():
                 try:
                     from torchvision.datasets import CIFAR10
                     CIFAR10(self.data_dir, train=True, download=True)

@@ -28,7 +28,8 @@ from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 
-COLLECTIVE_TIMEOUT = timedelta(seconds=45)  # a rank that skips a collective fails the others by then
+# a rank that skips a collective fails the others by then; the grader sets its own (c.Grading.collective_seconds)
+COLLECTIVE_TIMEOUT = timedelta(seconds=45)
 
 
 @dataclass
@@ -183,14 +184,15 @@ def gpu_per_rank() -> bool:
     return torch.cuda.is_available() and torch.cuda.device_count() >= int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
 
 
-def init_process_group(timeout: timedelta = COLLECTIVE_TIMEOUT):
+def init_process_group(timeout: timedelta | None = None):
     """Start torch.distributed for this rank: NCCL with one GPU per rank when there are enough, else
-    gloo; a collective that waits longer than ``timeout`` fails. Returns the rank's device."""
+    gloo; a collective that waits longer than ``timeout`` (default COLLECTIVE_TIMEOUT, read when
+    called) fails. Returns the rank's device."""
     import torch
     import torch.distributed as dist
 
     use_cuda = gpu_per_rank()
     if use_cuda:
         torch.cuda.set_device(int(os.environ["LOCAL_RANK"]) % torch.cuda.device_count())
-    dist.init_process_group("nccl" if use_cuda else "gloo", timeout=timeout)
+    dist.init_process_group("nccl" if use_cuda else "gloo", timeout=timeout or COLLECTIVE_TIMEOUT)
     return torch.device("cuda") if use_cuda else torch.device("cpu")

@@ -12,21 +12,19 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-SMOKE_ENV = "GPUCOURSE_SMOKE"
+from gpucourse import environment
+
+# the environment variables are read in gpucourse.environment only; these names stay for the lessons
+SMOKE_ENV = environment.SMOKE
 # `make test-gpu` sets GPUCOURSE_REQUIRE=cuda: a cell that needs CUDA on a machine without any is an
 # error there, not a skip, so a GPU run proves that every GPU cell ran.
-REQUIRE_ENV = "GPUCOURSE_REQUIRE"
+REQUIRE_ENV = environment.REQUIRE
 T = TypeVar("T")
 
 
 def smoke_mode() -> bool:
     """Whether ``GPUCOURSE_SMOKE`` asks for the small, fast run (``1``) or the full one (``0``)."""
-    value = os.environ.get(SMOKE_ENV, "").strip().lower()
-    if value in ("1", "true", "yes", "on"):
-        return True
-    if value in ("", "0", "false", "no", "off"):
-        return False
-    raise ValueError(f"{SMOKE_ENV}={value!r} is not understood; use 1 (smoke run) or 0 (full run)")
+    return environment.smoke()
 
 
 def cuda_available() -> bool:
@@ -57,7 +55,7 @@ def pick_device() -> Any:
 
 def required_kinds() -> set[str]:
     """The accelerator kinds that ``GPUCOURSE_REQUIRE`` (comma-separated) says must be present."""
-    return {k.strip().lower() for k in os.environ.get(REQUIRE_ENV, "").split(",") if k.strip()}
+    return environment.required_kinds()
 
 
 def accelerator_count(kind: str) -> int:

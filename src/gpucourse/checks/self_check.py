@@ -26,12 +26,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from pathlib import Path
 from typing import Any
 
+from gpucourse import environment
+
 KEY_FILE = Path(__file__).with_name("self_check.json")
-ENV = "GPUCOURSE_SELF_CHECK"  # "0" (or "false", "no", "off") turns self-check off at run time
+ENV = environment.SELF_CHECK  # "0" (or "false", "no", "off") turns self-check off at run time
 CORRECT = "self-check: correct"
 NOT_YET = "self-check: not yet (the form is right, the answer is not: reread the lesson and try again)"
 
@@ -91,8 +92,8 @@ def normalized(exercise: str, ns: dict) -> Any:
 
 def off_reason(key_file: Path | None = None) -> str | None:
     """Why self-check is off here (the environment, or no key in this edition), or None when it is on."""
-    if os.environ.get(ENV, "").strip().lower() in ("0", "false", "no", "off"):
-        return f"self-check is off ({ENV}={os.environ[ENV]})"
+    if (value := environment.self_check_off()) is not None:
+        return f"self-check is off ({ENV}={value})"
     if not (key_file or KEY_FILE).is_file():
         return "self-check is off in this edition of the course (graded answers are checked when graded)"
     return None

@@ -1,0 +1,59 @@
+"""The environment variables the course reads, each in one function here and nowhere else.
+
+They exist because a notebook's kernel, a test's or CI's subprocess, or the grader's sandbox must
+be told something across a process boundary; the grader's own settings live in
+``autograders/nbgrader_config.py`` instead. Every lesson's setup cell reads ``smoke()`` through
+``gpucourse.setup`` (taught in lesson 1).
+
+- ``GPUCOURSE_SMOKE`` (``smoke()``): ``1`` shrinks data and epochs so that CI and the grader can
+  execute every notebook quickly; ``0`` or unset is the full run. Set by ``make test`` and by the
+  grader in its sandbox.
+- ``GPUCOURSE_OFFLINE`` (``offline()``): ``1`` never tries the network (datasets are generated
+  instead of downloaded). Set by ``make test`` and by the grader.
+- ``GPUCOURSE_REQUIRE`` (``required_kinds()``): comma-separated accelerator kinds (``cuda``...) whose
+  absence makes a cell that needs one an error instead of a skip. Set by ``make test-gpu``.
+- ``GPUCOURSE_SELF_CHECK`` (``self_check_off()``): ``0`` turns the notebooks' self-check off.
+- ``GPUCOURSE_INSTALL_URL``: where the setup cell installs the course helpers from on Colab. The
+  setup cell runs before this package exists, so it reads the variable itself (autograders/course.py).
+"""
+
+from __future__ import annotations
+
+import os
+
+SMOKE = "GPUCOURSE_SMOKE"
+OFFLINE = "GPUCOURSE_OFFLINE"
+REQUIRE = "GPUCOURSE_REQUIRE"
+SELF_CHECK = "GPUCOURSE_SELF_CHECK"
+INSTALL_URL = "GPUCOURSE_INSTALL_URL"
+
+_TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
+
+
+def smoke(default: bool = False) -> bool:
+    """Whether ``GPUCOURSE_SMOKE`` asks for the small, fast run (``1``) or the full one (``0``);
+    ``default`` when it is unset. Anything else is an error that says what to write."""
+    value = os.environ.get(SMOKE, "").strip().lower()
+    if value in _TRUE:
+        return True
+    if value in _FALSE:
+        return False
+    if not value:
+        return default
+    raise ValueError(f"{SMOKE}={value!r} is not understood; use 1 (smoke run) or 0 (full run)")
+
+
+def offline() -> bool:
+    """Whether ``GPUCOURSE_OFFLINE=1`` forbids the network (datasets are generated, not downloaded)."""
+    return os.environ.get(OFFLINE, "").strip() == "1"
+
+
+def required_kinds() -> set[str]:
+    """The accelerator kinds that ``GPUCOURSE_REQUIRE`` (comma-separated) says must be present."""
+    return {k.strip().lower() for k in os.environ.get(REQUIRE, "").split(",") if k.strip()}
+
+
+def self_check_off() -> str | None:
+    """``GPUCOURSE_SELF_CHECK``'s value when it turns self-check off (``0``, ``false``, ``no``, ``off``), else None."""
+    value = os.environ.get(SELF_CHECK, "")
+    return value if value.strip().lower() in _FALSE else None
