@@ -46,11 +46,34 @@ FAST_NOTEBOOK = "lesson03_tensor_cores"
 
 
 def notebook_param(path: Path, *values):
-    """A pytest.param for a test about notebook ``path``: marked slow unless it is ``FAST_NOTEBOOK``."""
+    """A pytest.param for a test about notebook ``path``: marked slow unless it is ``FAST_NOTEBOOK``.
+
+    Under pytest-xdist (``make test`` runs ``-n auto --dist loadgroup``) every test about one notebook goes
+    to the same worker, which then executes that notebook once (``executed_solution``).
+    """
     import pytest
 
-    marks = () if Path(path).parent.name == FAST_NOTEBOOK else (pytest.mark.slow,)
+    name = Path(path).parent.name
+    marks = (pytest.mark.xdist_group(name),) + (() if name == FAST_NOTEBOOK else (pytest.mark.slow,))
     return pytest.param(*(values or (path,)), marks=marks)
+
+
+def pytest_addoption(parser):
+    parser.addoption("--every-fixture-sandboxed", action="store_true",
+                     help="tests/test_grading.py: grade every wrong fixture in the sandbox too (each is judged "
+                          "in-process anyway); by default every right one and the first wrong one per exercise")
+
+
+def pytest_collection_modifyitems(items):
+    """Under pytest-xdist, a module whose tests share a module-scoped fixture (a class graded once, a
+    server started once) runs on one worker: split over two, each would build the fixture again."""
+    import pytest
+
+    for item in items:
+        info = getattr(item, "_fixtureinfo", None)
+        shared = info and any(d.scope == "module" for defs in info.name2fixturedefs.values() for d in defs)
+        if shared and not item.get_closest_marker("xdist_group"):
+            item.add_marker(pytest.mark.xdist_group(item.module.__name__))
 
 
 def needs_cuda(reason: str):
@@ -89,13 +112,23 @@ def executed_solution(path: Path):
     test file and in any order, reads that run (or gets its failure again) instead of running it twice.
     A test that needs an executed notebook calls this, so it never depends on another test having run.
     """
-    from nbclient import NotebookClient
-    from nbclient.exceptions import CellExecutionError
+    from filelock import FileLock
 
     path = Path(path)
     target = EXECUTED / path.relative_to(SOLUTIONS)
     if path in _FAILED:
         raise NotebookFailed(_FAILED[path])
+    target.parent.mkdir(parents=True, exist_ok=True)
+    # pytest-xdist workers share EXECUTED: the first to take the lock runs the notebook, the others wait
+    # for its file instead of running it again beside it.
+    with FileLock(str(target.with_name(f".{target.name}.lock"))):
+        return _execute_once(path, target)
+
+
+def _execute_once(path: Path, target: Path):
+    from nbclient import NotebookClient
+    from nbclient.exceptions import CellExecutionError
+
     if target.is_file() and target.stat().st_mtime >= SESSION_START:
         return read(target)
     if not environment.smoke():

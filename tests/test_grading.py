@@ -12,6 +12,8 @@ The solutions, the unanswered notebooks and one fixture student take the whole r
 `make grade` (nbgrader's gradebook, feedback, CSV export, a regrade); the other fixture students are
 graded by the same engine and sandbox without the nbgrader bookkeeping (grade.engine_only), which
 the round trip already covers.
+Every fixture is judged in-process by tests/test_checks.py; here every right fixture and the first
+wrong one of each exercise also go through the sandbox (``--every-fixture-sandboxed``: all of them).
 """
 
 from __future__ import annotations
@@ -34,9 +36,9 @@ ROUND_TRIP = ("reference", "unanswered")
 
 
 @pytest.fixture(scope="module")
-def whole_class(tmp_path_factory) -> tuple[Path, dict, dict]:
+def whole_class(tmp_path_factory, request) -> tuple[Path, dict, dict]:
     """The class, built once: (folder, round trip, engine only). The fixture students but the quickest
-    to regrade go to the engine alone; every submission of the class is in exactly one of the two."""
+    to regrade go to the engine alone (those ``sandboxed_by_default`` unless the run asks for all)."""
     folder = tmp_path_factory.mktemp("class")
     expected = classroom.build(folder)
     counts: dict[str, int] = {}
@@ -44,7 +46,22 @@ def whole_class(tmp_path_factory) -> tuple[Path, dict, dict]:
         counts[student] = counts.get(student, 0) + 1
     quickest = min((s for s in counts if s not in ROUND_TRIP), key=lambda s: (counts[s], s))
     trip = {pair: cells for pair, cells in expected.items() if pair[0] in ROUND_TRIP or pair[0] == quickest}
-    return folder, trip, {pair: cells for pair, cells in expected.items() if pair not in trip}
+    engine = {pair: cells for pair, cells in expected.items() if pair not in trip}
+    if not request.config.getoption("every_fixture_sandboxed"):
+        engine = {pair: cells for pair, cells in engine.items() if sandboxed_by_default(pair[0])}
+    return folder, trip, engine
+
+
+def sandboxed_by_default(student: str) -> bool:
+    """Which fixture students the suite grades in the sandbox: every right one, and the first wrong one.
+
+    tests/test_checks.py judges every fixture's observations in-process (the fast tier), each wrong one
+    against the reason its first line names. What the sandbox can add is a difference between the two
+    paths, and the costly one is an honest answer losing points there: so every right fixture goes
+    through it, and of the wrong ones ``wrong-1``, which answers every exercise (each has at least
+    three). ``pytest --every-fixture-sandboxed`` grades them all.
+    """
+    return not student.startswith("wrong-") or student == "wrong-1"
 
 
 def _copy(source: Path, pairs, folder: Path) -> Path:
