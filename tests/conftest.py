@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 import nbformat
+import pytest
 
 from gpucourse import environment
 
@@ -56,6 +57,23 @@ def notebook_param(path: Path, *values):
     name = Path(path).parent.name
     marks = (pytest.mark.xdist_group(name),) + (() if name == FAST_NOTEBOOK else (pytest.mark.slow,))
     return pytest.param(*(values or (path,)), marks=marks)
+
+
+@pytest.fixture(scope="session")
+def forked_launches():
+    """Multi-process answers judged in the test process launch as the grader launches them: forked from a
+    clean copy of the runner (``autograders.worker.zygote.spawn``, one per pytest worker), protected as
+    in grading, instead of starting a Python per rank under ``torchrun`` (seconds of CPU each). The
+    ``torchrun`` path a student's own ``check()`` takes is what the notebooks and tests/test_ddp_scripts.py run."""
+    from autograders.worker import zygote
+    from gpucourse.checks import ddp
+
+    if not zygote.spawn():
+        pytest.fail("the clean copy that forks graded launches did not start")
+    ddp.LAUNCHER = zygote.launch
+    yield zygote
+    ddp.LAUNCHER = None
+    zygote.stop()
 
 
 def pytest_addoption(parser):

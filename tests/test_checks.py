@@ -510,11 +510,14 @@ def _judge_in(ns, hidden, exercise, source, filename):
 
 
 @pytest.mark.parametrize("kind, exercise, path", _fixture_params())
-def test_fixture_judged_in_process_as_its_first_line_says(kind, exercise, path):
-    """A wrong fixture fails with a ✗ line holding its first line's reason, a right one passes every case."""
+def test_fixture_judged_in_process_as_its_first_line_says(kind, exercise, path, request):
+    """A wrong fixture fails with a ✗ line holding its first line's reason, a right one passes every case.
+    A multi-process exercise's launches are forked as in grading (conftest's ``forked_launches``)."""
     from autograders import classroom
 
     checks.exercises()
+    if isinstance(checks.EXERCISES[exercise].kind, checks.Script):
+        request.getfixturevalue("forked_launches")
     failures = judge_answer(exercise, path.read_text(), str(path))
     if kind == "right":
         assert not failures, failures

@@ -75,6 +75,65 @@ def start(close: tuple[int, ...] = ()) -> bool:
     return True
 
 
+def spawn() -> bool:
+    """Start the clean copy as a Python of its own (``python -m autograders.worker.zygote``) and send
+    this process's launches to it: for a process that cannot fork one (it runs threads, as a pytest
+    worker does) but judges many multi-process answers, such as the test suite. Whether it is serving."""
+    global _ZYGOTE
+    import subprocess
+
+    requests_r, requests_w = os.pipe()
+    responses_r, responses_w = os.pipe()
+    # one thread, as in the sandbox (its environment sets OMP_NUM_THREADS=1): forking needs it
+    process = subprocess.Popen([sys.executable, "-m", __name__, str(requests_r), str(responses_w)],
+                               pass_fds=(requests_r, responses_w), env={**os.environ, "OMP_NUM_THREADS": "1"})
+    os.close(requests_r)
+    os.close(responses_w)
+    responses = Channel(read=responses_r)
+    try:
+        ready = responses.receive(SPAWN_SECONDS)
+    except EOFError:  # it could not start
+        ready = None
+    if not ready or not ready.get("ready"):
+        print(f"the clean copy is not serving: {(ready or {}).get('why') or 'it did not start'}", file=sys.stderr)
+        process.kill()
+        process.wait()
+        os.close(requests_w)
+        os.close(responses_r)
+        return False
+    _ZYGOTE = {"pid": process.pid, "requests": Channel(write=requests_w), "responses": responses, "process": process}
+    return True
+
+
+SPAWN_SECONDS = 120  # importing torch, Lightning and the course in the spawned copy
+
+
+def stop() -> None:
+    """End ``spawn``'s copy: closing its requests ends its loop; then it is waited for."""
+    global _ZYGOTE
+    if _ZYGOTE and _ZYGOTE.get("process"):
+        os.close(_ZYGOTE["requests"].write_fd)
+        try:
+            _ZYGOTE["process"].wait(30)
+        except Exception:
+            _ZYGOTE["process"].kill()
+            _ZYGOTE["process"].wait()
+        os.close(_ZYGOTE["responses"].read_fd)
+    _ZYGOTE = None
+
+
+def _serve_spawned(read_fd: int, write_fd: int) -> None:
+    """``spawn``'s copy: import what the runner imports before its snapshot, then serve (or say why not)."""
+    from .runner import import_course
+
+    import_course()
+    outgoing = Channel(write=write_fd)
+    why = fork_safe()
+    outgoing.send({"ready": why is None, "why": why or ""})
+    if why is None:
+        _serve(Channel(read=read_fd), outgoing)
+
+
 def relay(requests: Channel, responses: Channel) -> None:
     """In the runner's worker: launches go through the supervisor (``requests`` up, its replies on
     ``responses``), which passes the listed ones on to the copy. The copy's own pipes are not the
@@ -259,3 +318,7 @@ def launch(target: list[str], nproc: int, timeout: float, cwd: str, env: dict | 
         output = ""
     return Launch(None if timed_out else reply["status"], output, time.perf_counter() - started, timed_out,
                   reports={int(rank): report for rank, report in reply.get("reports", {}).items()})
+
+
+if __name__ == "__main__":
+    _serve_spawned(int(sys.argv[1]), int(sys.argv[2]))
