@@ -62,9 +62,9 @@ def preload() -> tuple[bool, str]:
             importlib.import_module(name)
         except Exception:  # a missing optional package only means a slower child
             pass
-    from .worker import runner
+    from .worker.trust import import_course
 
-    runner.import_course()  # every module of gpucourse, as the runner does before its snapshot
+    import_course()  # every module of gpucourse, as the runner does before its snapshot
     why = fork_safe()
     return why is None, "" if why is None else f"{why} after importing"
 

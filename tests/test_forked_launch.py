@@ -48,8 +48,8 @@ LAUNCH = """
 import json, os, sys, time
 scenarios = json.loads(sys.argv[1])
 sys.path.insert(0, scenarios[0]["folder"])
-from autograders.worker import runner, zygote
-runner.import_course()
+from autograders.worker import runner, trust, zygote
+trust.import_course()
 import test_driver
 from gpucourse.launch import descendants
 assert zygote.start(), "the copy did not start"

@@ -50,12 +50,10 @@ from __future__ import annotations
 
 import builtins
 import contextlib
-import importlib
 import io
 import json
 import linecache
 import os
-import pkgutil
 import signal
 import sys
 import time
@@ -68,6 +66,7 @@ from gpucourse.checks import AnswerError, ddp
 from . import rank, zygote
 from .forking import Channel
 from .snapshot import Gate, Snapshot, in_scope
+
 
 OUTPUT_LIMIT = 20_000  # characters of each cell's output kept for the feedback
 
@@ -158,17 +157,6 @@ def kill_strays(keep: set[int], seconds: float = 5.0) -> int:
             os.kill(pid, signal.SIGCONT)
     return killed
 
-
-def import_course() -> None:
-    """Import every module of ``gpucourse`` (what observers, drivers and judges may use), once."""
-    import gpucourse
-
-    for info in pkgutil.walk_packages(gpucourse.__path__, "gpucourse."):
-        if info.name.rpartition(".")[2] != "__main__":
-            try:
-                importlib.import_module(info.name)
-            except Exception:  # an optional dependency missing: that module cannot be used by anyone
-                pass
 
 
 class _Capture(io.StringIO):

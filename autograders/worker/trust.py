@@ -31,3 +31,18 @@ OBSERVED_LATER = ("torchmetrics", "darts", "pandas")
 # cost start-up time and address space.
 PRELOAD = ("numpy", "torch", "torch.distributed", "pytorch_lightning", "gpucourse", "gpucourse.parallel",
            "gpucourse.checks", "gpucourse.checks.ddp", "autograders.worker.runner")
+
+
+def import_course() -> None:
+    """Import every module of ``gpucourse`` (what observers, drivers and judges may use), once."""
+    import importlib
+    import pkgutil
+
+    import gpucourse
+
+    for info in pkgutil.walk_packages(gpucourse.__path__, "gpucourse."):
+        if info.name.rpartition(".")[2] != "__main__":
+            try:
+                importlib.import_module(info.name)
+            except Exception:  # an optional dependency missing: that module cannot be used by anyone
+                pass

@@ -124,7 +124,7 @@ def stop() -> None:
 
 def _serve_spawned(read_fd: int, write_fd: int) -> None:
     """``spawn``'s copy: import what the runner imports before its snapshot, then serve (or say why not)."""
-    from .runner import import_course
+    from .trust import import_course
 
     import_course()
     outgoing = Channel(write=write_fd)
