@@ -161,21 +161,49 @@ def namespaces_available() -> bool:
 
 
 def users(count: int) -> list[int]:
-    """``count`` users for sandboxes that run at the same time: ``nobody``, then the uids just below it
-    that no account holds (Debian reserves 65000-65533 and never allocates them)."""
+    """``count`` users for sandboxes that run at the same time, claimed for this process: the uids just
+    below ``nobody`` that no account holds (Debian reserves 65000-65533 and never allocates them).
+
+    RLIMIT_NPROC counts every process of a user on the machine, so two graders on one machine (a second
+    ``make grade``, the test suite's parallel workers) must not share one either: each uid is claimed
+    with a lock file that this process holds until it exits, and another process skips it. ``nobody``
+    itself stays the default user of a single sandbox (``Limits.user``) and is never handed out here.
+    """
     import pwd
 
-    found = [NOBODY]
+    found = [uid for uid in _CLAIMED][:count]
     for uid in range(NOBODY - 1, 65000, -1):
         if len(found) >= count:
             break
+        if uid in _CLAIMED:
+            continue
         try:
             pwd.getpwuid(uid)
+            continue  # an account holds it
         except KeyError:
+            pass
+        if _claim(uid):
             found.append(uid)
     if len(found) < count:
         raise ValueError(f"no {count} free user ids below {NOBODY} for {count} sandboxes at a time")
     return found
+
+
+_CLAIMED: dict[int, int] = {}  # uid -> descriptor of its lock file, held while this process lives
+
+
+def _claim(uid: int) -> bool:
+    import fcntl
+    import tempfile
+
+    fd = os.open(os.path.join(tempfile.gettempdir(), f"gpucourse-sandbox-user-{uid}.lock"), os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:  # another grader holds it
+        os.close(fd)
+        return False
+    _CLAIMED[uid] = fd
+    return True
 
 
 def _limit_resources(limits: Limits):

@@ -203,10 +203,25 @@ def test_sandbox_users_are_free_ids():
     import pwd
 
     users = sandbox.users(4)
-    assert users[0] == sandbox.NOBODY and len(set(users)) == 4
-    for uid in users[1:]:
+    assert sandbox.NOBODY not in users and len(set(users)) == 4
+    for uid in users:
         with pytest.raises(KeyError):
             pwd.getpwuid(uid)
+    assert sandbox.users(2) == users[:2], "this process's claims are reused, not claimed again"
+
+
+def test_another_grader_on_the_machine_gets_other_users():
+    """Two graders at once (a second `make grade`, the suite's parallel workers) never share a user:
+    RLIMIT_NPROC is per user, so a fork bomb in one would leave the other no process to start."""
+    import subprocess
+    import sys
+
+    mine = sandbox.users(2)
+    other = subprocess.run([sys.executable, "-c", "from autograders import sandbox; print(*sandbox.users(2))"],
+                           cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert other.returncode == 0, other.stderr
+    theirs = [int(uid) for uid in other.stdout.split()]
+    assert len(theirs) == 2 and not set(theirs) & set(mine), (mine, theirs)
 
 
 @needs_isolation
