@@ -66,12 +66,15 @@ nbgrader: install
 # GPUCOURSE_SMOKE=1 shrinks epochs and data in every notebook (the text stays the same);
 # GPUCOURSE_OFFLINE=1 writes a small CIFAR-10 instead of downloading it.
 # Benchmarks are not tests: their code is checked end to end by `make bench` (the tests marked bench).
+# Both tiers run on every core (pytest-xdist); tests that share a module's fixture, or one notebook's run,
+# stay on one worker (tests/conftest.py). XDIST= runs them in one process, as when debugging one test.
+XDIST ?= -n auto --dist loadgroup
 test: install
-	GPUCOURSE_SMOKE=1 GPUCOURSE_OFFLINE=1 $(BIN)/python -m pytest -m "not bench" $(PYTEST_ARGS)
+	GPUCOURSE_SMOKE=1 GPUCOURSE_OFFLINE=1 $(BIN)/python -m pytest -m "not bench" $(XDIST) $(PYTEST_ARGS)
 
 # The same suite without the tests marked slow (pyproject.toml's markers): minutes, for every change.
 test-fast: install
-	GPUCOURSE_SMOKE=1 GPUCOURSE_OFFLINE=1 $(BIN)/python -m pytest -m "not slow and not bench" $(PYTEST_ARGS)
+	GPUCOURSE_SMOKE=1 GPUCOURSE_OFFLINE=1 $(BIN)/python -m pytest -m "not slow and not bench" $(XDIST) $(PYTEST_ARGS)
 
 lint: install
 	$(BIN)/python -m ruff check .
