@@ -27,7 +27,7 @@ from __future__ import annotations
 import importlib
 import json
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 def _lesson_modules() -> tuple[str, ...]:
@@ -101,11 +101,16 @@ class Case:
 @dataclass(frozen=True)
 class Script:
     """Kind of a multi-process exercise: its answer cell becomes ``student.py``, started by ``torchrun``
-    as ``world_size`` ranks that each run ``driver`` ("module:function") on the names ``names``
-    (see gpucourse.checks.ddp)."""
+    as ``world_size`` ranks that each run ``driver`` ("module:function", the exercise's own: there is no
+    default) on the names ``names`` (see gpucourse.checks.ddp)."""
     names: tuple[str, ...]
     world_size: int = 2
-    driver: str = "gpucourse.checks.lesson01:drive_average_across_ranks"
+    driver: str = field(kw_only=True)
+
+    def __post_init__(self):
+        module, _, function = self.driver.partition(":")
+        if not module or not function:
+            raise ValueError(f"Script driver must be 'module:function', not {self.driver!r}")
 
 
 @dataclass
@@ -121,6 +126,9 @@ class Exercise:
     kind: "str | Script"  # "function" (defines functions or classes), "answer" (values), or a Script
     answers: tuple[Answer, ...]
     cases: list[Case]
+    # An answer exercise's answer as self-check hashes it (``reads(ns, exercise)``: plain data), when
+    # the grader reads it otherwise than the first public case's observer does (checks/self_check.py).
+    reads: "Callable[[dict, Exercise], Any] | None" = None
 
     @property
     def test_id(self) -> str:
@@ -138,16 +146,24 @@ ANSWERS: dict[str, tuple[Answer, ...]] = {}  # exercise -> the names its checks 
 
 
 def register(exercise: str, *cases: Case, answers: tuple[Answer, ...] | list[Answer] = (),
-             points: float | None = None, kind: "str | Script" = "function") -> None:
-    """Declare ``exercise`` (its answer cell's grade id) in a lesson's check module (which sets ``ASSIGNMENT``)."""
+             points: float | None = None, kind: "str | Script" = "function", reads=None) -> None:
+    """Declare ``exercise`` (its answer cell's grade id) in a lesson's check module.
+
+    The exercise belongs to the assignment named by the calling module's ``ASSIGNMENT``, which every
+    lesson's check module sets before it registers anything (a module without it is refused).
+    ``reads``: see ``Exercise.reads`` (answer exercises only)."""
     if not isinstance(kind, Script) and kind not in ("function", "answer"):
         raise ValueError(f"{exercise}: kind must be 'function', 'answer' or a Script, not {kind!r}")
+    if reads is not None and kind != "answer":
+        raise ValueError(f"{exercise}: reads= is for answer exercises (self-check reads their answer)")
     module = sys.modules[sys._getframe(1).f_globals["__name__"]]
-    assignment = getattr(module, "ASSIGNMENT", module.__name__)
+    assignment = getattr(module, "ASSIGNMENT", None)
+    if not isinstance(assignment, str):
+        raise ValueError(f"{exercise}: {module.__name__} registers an exercise but sets no ASSIGNMENT = '<assignment id>'")
     PUBLIC.setdefault(exercise, []).extend(cases)
     if answers:
         ANSWERS[exercise] = tuple(answers)
-    EXERCISES[exercise] = Exercise(exercise, assignment, points, kind, tuple(answers), PUBLIC[exercise])
+    EXERCISES[exercise] = Exercise(exercise, assignment, points, kind, tuple(answers), PUBLIC[exercise], reads)
 
 
 def exercises(assignment: str | None = None) -> list[Exercise]:

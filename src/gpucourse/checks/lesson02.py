@@ -71,12 +71,25 @@ def observe_sync_lines(ns):
     return {"lines": sorted(int(n) for n in lines)}
 
 
+def read_sync_lines(ns, exercise):
+    """Self-check reads ``sync_lines`` as the grader does (hidden checks): ints only, a list or tuple read
+    as the set of its items."""
+    import numbers
+
+    from gpucourse.checks import answer
+
+    items = list(answer(ns, "sync_lines"))
+    if any(not isinstance(n, numbers.Integral) or isinstance(n, bool) for n in items):
+        raise ValueError("line numbers that are not ints")
+    return sorted({int(n) for n in items})
+
+
 register("sync_lines", Case("a set of line numbers between 1 and 14", observe_sync_lines,
                             lambda d: d.get("error") or (None if d["lines"] and all(1 <= n <= 14 for n in d["lines"])
                                                          else f"line numbers must be 1..14, got {d['lines']}")),
          answers=[Answer("sync_lines", "set",
                          "a set of ints, the numbers (1 to 14) of the lines that make the CPU wait for the GPU")],
-         points=2, kind="answer")
+         points=2, kind="answer", reads=read_sync_lines)
 
 
 # --- Exercise 4: a Triton kernel, masked and blocked ---------------------------------------
