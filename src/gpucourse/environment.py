@@ -1,9 +1,8 @@
 """The environment variables the course reads, each in one function here and nowhere else.
 
 They exist because a notebook's kernel, a test's or CI's subprocess, or the grader's sandbox must
-be told something across a process boundary; the grader's own settings live in
-``autograders/nbgrader_config.py`` instead. Every lesson's setup cell reads ``smoke()`` through
-``gpucourse.setup`` (taught in lesson 1).
+be told something across a process boundary; the grader's own settings live in its nbgrader
+configuration instead. Every lesson reads ``smoke()`` through ``gpucourse.preamble``.
 
 - ``GPUCOURSE_SMOKE`` (``smoke()``): ``1`` shrinks data and epochs so that CI and the grader can
   execute every notebook quickly; ``0`` or unset is the full run. Set by ``make test`` and by the
@@ -14,7 +13,7 @@ be told something across a process boundary; the grader's own settings live in
   absence makes a cell that needs one an error instead of a skip. Set by ``make test-gpu``.
 - ``GPUCOURSE_SELF_CHECK`` (``self_check_off()``): ``0`` turns the notebooks' self-check off.
 - ``GPUCOURSE_INSTALL_URL``: where the setup cell installs the course helpers from on Colab. The
-  setup cell runs before this package exists, so it reads the variable itself (autograders/course.py).
+  setup cell runs before this package exists, so it reads the variable itself.
 """
 
 from __future__ import annotations

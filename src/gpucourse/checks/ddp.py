@@ -25,7 +25,7 @@ from gpucourse.launch import read_rank_reports, torchrun
 
 WORLD_SIZE = 2
 # seconds for the whole launch; collectives time out sooner (harness). The grader sets its own
-# (c.Grading.script_seconds, through the job: autograders.worker.supervisor)
+# through the job it sends the sandbox.
 SCRIPT_TIMEOUT = 180
 HEADER = "import os\nimport torch\nimport torch.distributed as dist\n\n"
 # Where graded launches go: None outside grading (``torchrun -m gpucourse.checks.ddp_harness``); while
