@@ -55,15 +55,15 @@ class Grading(Configurable):
                           "(the budget is the smaller of this share and observe_seconds)").tag(config=True)
     # the sandbox side (the runner and its supervisor), passed in the job
     output_limit = Int(20_000, help="characters of each cell's and each check's output kept for the feedback "
-                       "(gpucourse.checks.runner.OUTPUT_LIMIT)").tag(config=True)
+                       "(autograders.worker.runner.OUTPUT_LIMIT)").tag(config=True)
     grace_seconds = Float(10.0, help="seconds a cell or check may overrun its own alarm before the supervisor "
-                          "stops it from outside (gpucourse.checks.supervisor.GRACE)").tag(config=True)
+                          "stops it from outside (autograders.worker.supervisor.GRACE)").tag(config=True)
     restarts = Int(3, help="fresh workers a run may start after cells or checks that had to be stopped from "
-                   "outside (gpucourse.checks.supervisor.RESTARTS)").tag(config=True)
+                   "outside (autograders.worker.supervisor.RESTARTS)").tag(config=True)
     setup_seconds = Float(120.0, help="seconds a fresh worker may take to snapshot the modules before its first "
-                          "cell (gpucourse.checks.supervisor.SETUP_SECONDS)").tag(config=True)
+                          "cell (autograders.worker.supervisor.SETUP_SECONDS)").tag(config=True)
     max_ranks = Int(4, help="the most ranks a graded multi-process launch may ask for "
-                    "(gpucourse.checks.supervisor.MAX_RANKS)").tag(config=True)
+                    "(autograders.worker.supervisor.MAX_RANKS)").tag(config=True)
     script_seconds = Float(180.0, help="seconds for a whole multi-process launch of a script exercise "
                            "(gpucourse.checks.ddp.SCRIPT_TIMEOUT)").tag(config=True)
     collective_seconds = Float(45.0, help="seconds a collective waits before it fails every rank of a graded "
@@ -91,7 +91,7 @@ class Grading(Configurable):
         return min(self.observe_seconds, wall_seconds * self.observe_share)
 
     def job_settings(self, wall_seconds: float) -> dict:
-        """What the sandbox side reads from the job (gpucourse.checks.runner documents each field)."""
+        """What the sandbox side reads from the job (autograders.worker.runner documents each field)."""
         return {"cell_seconds": self.cell_budget(wall_seconds), "observe_seconds": self.observe_budget(wall_seconds),
                 "output_limit": self.output_limit, "grace": self.grace_seconds, "restarts": self.restarts,
                 "setup_seconds": self.setup_seconds, "max_ranks": self.max_ranks,

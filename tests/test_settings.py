@@ -1,7 +1,7 @@
 """The grader's settings (autograders/settings.py) are all listed in nbgrader_config.py with their
 defaults, and a value set in a configuration file reaches the run: the engine's cell budget and the
 runner's output limit (through ``grade.engine_only``), and the supervisor's restarts, the launch and
-collective timeouts in the sandbox's own modules (through the job, ``gpucourse.checks.runner``)."""
+collective timeouts in the sandbox's own modules (through the job, ``autograders.worker.runner``)."""
 
 from __future__ import annotations
 
