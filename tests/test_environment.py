@@ -114,3 +114,27 @@ def test_lightning_is_not_a_pulled_release():
     import pytorch_lightning
 
     assert pytorch_lightning.__version__ not in {"2.6.2", "2.6.3"}
+
+
+def test_xdist_groups_keep_a_group_on_one_worker(tmp_path):
+    """`make test` relies on pytest-xdist's --dist loadgroup: the tests sharing a module-scoped fixture (the
+    whole class graded once, the adversarial batch) and one notebook's tests run on one worker. Some pairs
+    of pytest and pytest-xdist silently stop grouping (pytest-dev/pytest-xdist#1386): this runs six grouped
+    tests on two workers, as installed, and asserts that one worker ran them all."""
+    import subprocess
+    import sys
+
+    (tmp_path / "pytest.ini").write_text("[pytest]\n")
+    (tmp_path / "test_grouped.py").write_text(
+        "import os, pytest\n"
+        "@pytest.mark.xdist_group('one')\n"
+        "@pytest.mark.parametrize('i', range(6))\n"
+        "def test_grouped(i):\n"
+        "    with open(os.path.join(os.path.dirname(__file__), 'workers.txt'), 'a') as out:\n"
+        "        out.write(os.environ['PYTEST_XDIST_WORKER'] + '\\n')\n")
+    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-n", "2", "--dist", "loadgroup", "-p", "no:cacheprovider",
+                          "-c", str(tmp_path / "pytest.ini"), "--rootdir", str(tmp_path), str(tmp_path)],
+                         cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
+    workers = (tmp_path / "workers.txt").read_text().split()
+    assert len(workers) == 6 and len(set(workers)) == 1, f"one group ran on {sorted(set(workers))}"
