@@ -86,17 +86,13 @@ def pytest_addoption(parser):
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own hook, which reads the groups to schedule by them
 def pytest_collection_modifyitems(items):
     """Under pytest-xdist, a module whose tests share a module-scoped fixture (a class graded once, a
-    server started once) runs on one worker: split over two, each would build the fixture again. Those
-    modules go first: they are the longest units of work (the whole class graded, the attack batch), and
-    the one handed out last sets how long the other worker waits at the end."""
-    first = set()
+    server started once) runs on one worker: split over two, each would build the fixture again."""
+
     for item in items:
         info = getattr(item, "_fixtureinfo", None)
         shared = info and any(d.scope == "module" for defs in info.name2fixturedefs.values() for d in defs)
         if shared and not item.get_closest_marker("xdist_group"):
             item.add_marker(pytest.mark.xdist_group(item.module.__name__))
-            first.add(item.module.__name__)
-    items.sort(key=lambda item: item.module.__name__ not in first)  # stable: the order within each part stays
 
 
 _UNGROUPED: set[str] = set()  # grouped tests whose group pytest-xdist lost (pytest_collection_finish)
