@@ -56,6 +56,7 @@ c.DueDates.duedates = {}
 # c.Grading.max_ranks = 4  # the most ranks a graded multi-process launch may ask for
 # c.Grading.script_seconds = 180.0  # a whole multi-process launch of a script exercise
 # c.Grading.collective_seconds = 45.0  # a collective waits this long, then fails every rank of a graded launch
+# c.Grading.launch_tries = 3  # launches of a script exercise that fails for a reason of the machine's, then a flag
 # Grading: the grader's side
 # c.Grading.results_bytes = 8 << 20  # bytes accepted from a run's results pipe
 # c.Grading.jobs = 0  # submissions graded at once; 0: one per CPU core (--jobs N)

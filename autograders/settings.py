@@ -68,6 +68,9 @@ class Grading(Configurable):
                            "(gpucourse.checks.ddp.SCRIPT_TIMEOUT)").tag(config=True)
     collective_seconds = Float(45.0, help="seconds a collective waits before it fails every rank of a graded "
                                "launch (gpucourse.launch.COLLECTIVE_TIMEOUT)").tag(config=True)
+    launch_tries = Int(3, min=1, help="launches of a script exercise when one fails for a reason of the machine's "
+                       "(rendezvous, a thread or process that could not start), before the grader flags it "
+                       "(gpucourse.checks.ddp.TRIES)").tag(config=True)
     # the grader's side
     results_bytes = Int(8 << 20, help="bytes the grader accepts from a run's results pipe").tag(config=True)
     jobs = Int(0, help="submissions graded at once; 0: one per CPU core (make grade GRADE_ARGS=--jobs=N "
@@ -95,7 +98,8 @@ class Grading(Configurable):
         return {"cell_seconds": self.cell_budget(wall_seconds), "observe_seconds": self.observe_budget(wall_seconds),
                 "output_limit": self.output_limit, "grace": self.grace_seconds, "restarts": self.restarts,
                 "setup_seconds": self.setup_seconds, "max_ranks": self.max_ranks,
-                "script_seconds": self.script_seconds, "collective_seconds": self.collective_seconds}
+                "script_seconds": self.script_seconds, "collective_seconds": self.collective_seconds,
+                "launch_tries": self.launch_tries}
 
 
 CLASSES = (Grading, SandboxLimits)  # what nbgrader_config.py lists, each trait with its default

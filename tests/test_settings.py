@@ -48,7 +48,7 @@ def test_the_defaults_are_the_sandbox_sides_constants():
     assert grading.output_limit == runner.OUTPUT_LIMIT
     assert (grading.grace_seconds, grading.restarts, grading.setup_seconds, grading.max_ranks) == \
         (supervisor.GRACE, supervisor.RESTARTS, supervisor.SETUP_SECONDS, supervisor.MAX_RANKS)
-    assert grading.script_seconds == ddp.SCRIPT_TIMEOUT
+    assert grading.script_seconds == ddp.SCRIPT_TIMEOUT and grading.launch_tries == ddp.TRIES
     assert timedelta(seconds=grading.collective_seconds) == launch.COLLECTIVE_TIMEOUT
     assert grading.cell_budget(600) == 100 and grading.cell_budget(3000) == 300
     assert grading.observe_budget(600) == 240 and grading.observe_budget(100) == 50
@@ -103,14 +103,14 @@ def test_a_configuration_file_sets_the_cell_budget_and_the_output_limit(tmp_path
 def test_the_job_sets_the_sandbox_sides_settings():
     """What the grader passes in the job replaces the runner's, the supervisor's, ddp's and launch's constants."""
     observer = ("def observe(ns):\n    from gpucourse import launch\n    from gpucourse.checks import ddp\n"
-                "    return [ddp.SCRIPT_TIMEOUT, launch.COLLECTIVE_TIMEOUT.total_seconds()]\n")
+                "    return [ddp.SCRIPT_TIMEOUT, launch.COLLECTIVE_TIMEOUT.total_seconds(), ddp.TRIES]\n")
     records = _run_runner({"cells": [{"source": "print('y' * 500)", "grade_id": None}],
                            "observers": [{"case": "c", "source": observer, "function": "observe"}],
                            "cell_seconds": 30, "observe_seconds": 30, "output_limit": 25,
-                           "script_seconds": 17, "collective_seconds": 5})
+                           "script_seconds": 17, "collective_seconds": 5, "launch_tries": 1})
     assert records[0]["output"] == "y" * 25
     observation = next(r for r in records if r["type"] == "observation")
-    assert observation["ok"] and observation["data"] == [17, 5], observation
+    assert observation["ok"] and observation["data"] == [17, 5, 1], observation
 
 
 def test_the_job_sets_how_often_a_stuck_cell_is_restarted_after():

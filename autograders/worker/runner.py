@@ -4,7 +4,7 @@
 
 ``job.json``: ``{"cells": [{"source", "grade_id"}], "cell_seconds", "observe_seconds"}``, and
 optionally the grader's other settings (``output_limit``, ``grace``, ``restarts``, ``setup_seconds``,
-``max_ranks``, ``script_seconds``, ``collective_seconds``: ``supervisor._settings``); the
+``max_ranks``, ``script_seconds``, ``collective_seconds``, ``launch_tries``: ``supervisor._settings``); the
 observers (``[{"case", "source", "function"}]``) come on OBSERVERS_FD, read only once the cells are
 done (tests may put them in the job as ``"observers"`` and leave OBSERVERS_FD out).
 RESULTS_FD receives JSON lines: one per cell (its output and error), in order; then one per

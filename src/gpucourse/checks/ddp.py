@@ -116,7 +116,7 @@ def run_exercise_script(ns: dict, exercise: str, inputs=None, world_size: int | 
 # or a thread or process could not start (a loaded machine). Tried again, then reported.
 INFRASTRUCTURE = re.compile(r"Rendezvous(Connection|Timeout|Closed)Error|DistNetworkError|cannot join thread before it is started|"
                             r"can't start new thread|Resource temporarily unavailable")
-TRIES = 3
+TRIES = 3  # the grader sets it from its settings (launch_tries) in graded runs
 
 
 def _launch(source: str, world_size: int, driver: str, inputs=None) -> dict:
