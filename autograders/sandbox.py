@@ -580,10 +580,32 @@ def run(command: list[str], workdir: Path, *, env: dict[str, str] | None = None,
     reader.join(timeout=10)
     if counted[0] > limits.output_bytes:
         notes.append(f"output cut at {limits.output_bytes} of {counted[0]} bytes")
+    output = b"".join(kept).decode(errors="replace")
+    if method == "bwrap" and proc.returncode and output.startswith(BWRAP_NO_PROCESS):
+        notes.append(_process_limit_note(limits))
     return Outcome(returncode=None if timed_out else proc.returncode,
-                   output=b"".join(kept).decode(errors="replace"), output_bytes=counted[0],
+                   output=output, output_bytes=counted[0],
                    seconds=time.perf_counter() - start, timed_out=timed_out, isolated=bool(method), notes=notes,
                    forked=isinstance(proc, _Forked), isolation=method)
+
+
+# What bubblewrap says when RLIMIT_NPROC stops it creating its namespaces: the limit counts every
+# process and thread of the grader's account, not only the sandbox's.
+BWRAP_NO_PROCESS = "bwrap: Creating new namespace failed: Resource temporarily unavailable"
+
+
+def _process_limit_note(limits: Limits) -> str:
+    """Why bubblewrap could not start, and what to do: the instructor is told, not only the student."""
+    uid, mine = os.getuid(), 0
+    for task in Path("/proc").glob("[0-9]*/task/[0-9]*"):
+        try:
+            mine += task.stat().st_uid == uid
+        except OSError:  # ended meanwhile
+            continue
+    return (f"not started: the process limit ({limits.processes}, RLIMIT_NPROC) counts every process and thread "
+            f"of your account, which runs {mine} now; under bubblewrap the sandbox shares that count. Raise "
+            f"SandboxLimits.processes, end other processes of this account, or grade as root (namespaces: a user "
+            f"of its own per sandbox)")
 
 
 def _kill_group(proc: subprocess.Popen) -> None:

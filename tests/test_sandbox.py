@@ -1,8 +1,9 @@
 """autograders/sandbox.py: limits always; isolation by namespaces as root, by bubblewrap otherwise.
 
-Isolated tests run with this user's method (``sandbox.probe()``); as root, one test runs this file
-again as ``nobody``, where the method is bubblewrap. They skip where isolation is missing, unless
-``GPUCOURSE_REQUIRE_ISOLATION=1`` (set by `.ci/run` when CI=true) makes that a failure.
+Isolated tests run with this user's method (``sandbox.probe()``); as root, one test runs this file again
+as an ordinary user (a free uid, as an instructor's account), where the method is bubblewrap. They skip
+where isolation is missing, unless ``GPUCOURSE_REQUIRE_ISOLATION=1`` (set by `.ci/run` when CI=true)
+makes that a failure.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ import pytest
 from autograders import sandbox
 from conftest import REQUIRE_ISOLATION, REQUIRE_ISOLATION_ENV, ROOT, SECRETS_ENV, planted_secrets
 
-pytestmark = pytest.mark.slow  # starts isolated sandboxes, as root and as nobody: `make test`, not `make test-fast`
+pytestmark = pytest.mark.slow  # starts isolated sandboxes, as root and as an ordinary user: `make test`, not `make test-fast`
 
 ISOLATION = sandbox.probe()
 REQUIRED = REQUIRE_ISOLATION
@@ -281,7 +282,7 @@ def test_only_the_allow_list_is_visible(tmp_path, launch):
     planted = not key.exists()
     if planted:  # `make release` writes it; the test plants one where it would be
         key.write_text('{"salt": "x", "answers": {}}')
-    # Run as nobody (test_isolated_for_an_ordinary_user), this test cannot write beside the checkout:
+    # Run as an ordinary user (test_isolated_for_an_ordinary_user), this test cannot write beside the checkout:
     # the root run plants the secrets there and names them in SECRETS_ENV, readable by anyone.
     given = planted_secrets()
     secrets = given or _plant_secrets()
@@ -366,7 +367,7 @@ def test_needed_folders_under_masked_or_closed_paths_are_bound_back(tmp_path):
 
 @pytest.mark.parametrize("isolate", [False, True])
 def test_files_outside_the_work_folder_are_read_only(tmp_path, isolate, launch):
-    """Isolated, the code cannot write where the grader's user can (as ``nobody``, or on a read-only root)."""
+    """Isolated, the code cannot write where the grader's user can (as ``nobody`` or an ordinary user, or on a read-only root)."""
     outside = Path(tempfile.mkdtemp(prefix="gpucourse-outside-", dir="/var/tmp"))
     try:
         code = f"""
@@ -402,33 +403,52 @@ def test_probe_says_what_is_missing_and_how_to_get_it(monkeypatch):
         sandbox.probe.cache_clear()
 
 
-# As nobody, the isolation guarantees, each once: a preloaded Python cannot fork into bubblewrap, so the
+@needs_isolation
+def test_process_limit_at_start_is_explained(tmp_path, launch):
+    """Under bubblewrap the process limit counts the grader's whole account: where that stops the sandbox
+    starting, the outcome says so and what to do (the instructor reads it), not only bubblewrap's words."""
+    if ISOLATION.method != "bwrap":
+        pytest.skip("bubblewrap's start under the account's process limit: run as an ordinary user "
+                    "(test_isolated_for_an_ordinary_user)")
+    out = _run(tmp_path, "print('started')", launch, isolate=True, processes=1)  # this pytest is one already
+    assert out.returncode and "started" not in out.output, out
+    assert out.output.startswith(sandbox.BWRAP_NO_PROCESS), out.output
+    assert any("process limit (1, RLIMIT_NPROC)" in note and "SandboxLimits.processes" in note
+               for note in out.notes), out.notes
+
+
+# As an ordinary user, the isolation guarantees, each once: a preloaded Python cannot fork into bubblewrap, so the
 # "forked" runs repeat the "started" ones, and the resource limits do not depend on the account.
 ISOLATION_TESTS = ("not ordinary_user and started and not False and not infinite_loop and not memory_blowup "
                    "and not output_flood")
 
 
 def test_isolated_for_an_ordinary_user(tmp_path):
-    """This file again as ``nobody`` (an instructor's account without root): bubblewrap isolates.
+    """This file again as an ordinary user (an instructor's account without root): bubblewrap isolates.
 
-    The interpreter lives under /root here (closed to others): a mount namespace shows nobody that
-    folder alone, as ``sandbox._keep_reachable`` does for the sandbox itself.
+    The user is a free uid claimed as the grader claims its sandboxes' (``sandbox.users``), not ``nobody``:
+    the other tests' sandboxes run as ``nobody`` at the same time, and RLIMIT_NPROC, which bubblewrap's
+    runs share with their account, would count their threads too. The interpreter lives under /root here
+    (closed to others): a mount namespace shows that user the folder alone, as ``sandbox._keep_reachable``
+    does for the sandbox itself.
     """
     if os.geteuid() != 0:
         pytest.skip("the other tests run as this ordinary user already")
     if not (shutil.which("bwrap") and shutil.which("unshare") and shutil.which("setpriv")):
-        _missing("bubblewrap (apt-get install bubblewrap), unshare and setpriv are needed to test it as nobody")
-    home = Path(tempfile.mkdtemp(prefix="gpucourse-nobody-"))
-    secrets = _plant_secrets()  # nobody cannot write beside the checkout; the allow-list test reads these
+        _missing("bubblewrap (apt-get install bubblewrap), unshare and setpriv are needed to test it as an "
+                 "ordinary user")
+    user = sandbox.users(1)[0]
+    home = Path(tempfile.mkdtemp(prefix="gpucourse-ordinary-"))
+    secrets = _plant_secrets()  # that user cannot write beside the checkout; the allow-list test reads these
     try:
-        os.chown(home, sandbox.NOBODY, sandbox.NOBODY)
+        os.chown(home, user, user)
         before, after = sandbox._keep_reachable(sandbox._needed_folders(), masked=[])
         pytest_args = ["-m", "pytest", str(ROOT / "tests" / "test_sandbox.py"), "-q", "-p", "no:cacheprovider",
                        "-k", ISOLATION_TESTS, f"--basetemp={home / 'pytest'}", "--rootdir", str(ROOT)]
         script = ["set -e", "mount --make-rprivate /", *before, *after,
                   "mount -t tmpfs -o mode=1777 gpucourse-shm /dev/shm",
                   "exec setpriv --reuid={0} --regid={0} --clear-groups --inh-caps=-all -- {1}".format(
-                      sandbox.NOBODY, " ".join(map(shlex.quote, [sys.executable, *pytest_args])))]
+                      user, " ".join(map(shlex.quote, [sys.executable, *pytest_args])))]
         env = {"PATH": os.defpath, "HOME": str(home), "LANG": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1",
                REQUIRE_ISOLATION_ENV: "1", "GPUCOURSE_OFFLINE": "1", "OMP_NUM_THREADS": "1",
                SECRETS_ENV: os.pathsep.join(map(str, secrets))}
