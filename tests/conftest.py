@@ -127,6 +127,30 @@ def needs_cuda(reason: str):
     return pytest.mark.skipif(not torch.cuda.is_available() and "cuda" not in required_kinds(), reason=reason)
 
 
+def execute_notebook(nb, cwd: str | os.PathLike, timeout: int, allow_errors: bool = False) -> None:
+    """Execute ``nb`` in place in a fresh python3 kernel started in ``cwd`` (nbclient's ``execute``: a
+    failing cell raises CellExecutionError unless ``allow_errors``).
+
+    The kernel talks to this process over Unix sockets in a folder of its own, not over TCP ports:
+    jupyter_client picks a "free" port by binding and releasing it, and under this suite's parallel
+    load (the other worker's kernels, torchrun's and gloo's ports) another process can take it first,
+    so that the kernel dies with "Address already in use" and the test fails after a minute's wait
+    (jupyter/nbconvert#1066, nteract/papermill#511; seen here in a full run).
+    """
+    import shutil
+
+    from nbclient import NotebookClient
+    from traitlets.config import Config
+
+    sockets = tempfile.mkdtemp(prefix="gpucourse-kernel-")  # short: a Unix socket path has at most 107 bytes
+    config = Config({"KernelManager": {"transport": "ipc", "ip": os.path.join(sockets, "kernel")}})
+    try:
+        NotebookClient(nb, config=config, timeout=timeout, kernel_name="python3", allow_errors=allow_errors,
+                       resources={"metadata": {"path": str(cwd)}}).execute()
+    finally:
+        shutil.rmtree(sockets, ignore_errors=True)
+
+
 def notebooks(folder: Path) -> list[Path]:
     return sorted(p for p in folder.glob("*/*.ipynb") if ".ipynb_checkpoints" not in p.parts)
 
@@ -167,7 +191,6 @@ def executed_solution(path: Path):
 
 
 def _execute_once(path: Path, target: Path):
-    from nbclient import NotebookClient
     from nbclient.exceptions import CellExecutionError
 
     if target.is_file() and target.stat().st_mtime >= SESSION_START:
@@ -176,9 +199,8 @@ def _execute_once(path: Path, target: Path):
         raise NotebookFailed("run through `make test` (or `make test-fast`), which sets GPUCOURSE_SMOKE=1")
     nb = read(path)
     with tempfile.TemporaryDirectory() as workdir:
-        client = NotebookClient(nb, timeout=900, kernel_name="python3", resources={"metadata": {"path": workdir}})
         try:
-            client.execute()
+            execute_notebook(nb, workdir, timeout=900)
         except CellExecutionError as error:
             index = next((i for i, c in enumerate(nb.cells) if c.cell_type == "code"
                           and any(o.get("output_type") == "error" for o in c.get("outputs", []))), "?")

@@ -14,7 +14,7 @@ import time
 import pytest
 
 from autograders import assemble
-from conftest import AUTOGRADERS, COURSE, ROOT, SOLUTIONS, nbgrader_meta, notebooks, read
+from conftest import AUTOGRADERS, COURSE, ROOT, SOLUTIONS, execute_notebook, nbgrader_meta, notebooks, read
 from gpucourse import checks
 from gpucourse.checks import ddp
 
@@ -146,7 +146,6 @@ def test_a_failed_check_is_one_error_line_in_a_kernel_and_still_fails_the_cell(t
     """In Jupyter a failed check ends the cell with an error output (what Validate and autograding count)
     whose traceback is one line, with no path into the package."""
     import nbformat
-    from nbclient import NotebookClient
     from nbgrader.utils import determine_grade
 
     nb = nbformat.v4.new_notebook()
@@ -154,8 +153,7 @@ def test_a_failed_check_is_one_error_line_in_a_kernel_and_still_fails_the_cell(t
     cell.metadata["nbgrader"] = {"grade": True, "solution": False, "locked": True, "grade_id": "test_choose_tools",
                                  "points": 2, "schema_version": 3, "task": False}
     nb.cells = [cell]
-    NotebookClient(nb, timeout=120, kernel_name="python3", allow_errors=True,
-                   resources={"metadata": {"path": str(tmp_path)}}).execute()
+    execute_notebook(nb, tmp_path, timeout=120, allow_errors=True)
     errors = [o for o in cell.outputs if o["output_type"] == "error"]
     printed = "".join(o.get("text", "") for o in cell.outputs if o["output_type"] == "stream")
     assert "✗ one known tool for each of a-f: not answered yet: define `choices` (" in printed

@@ -138,3 +138,18 @@ def test_xdist_groups_keep_a_group_on_one_worker(tmp_path):
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
     workers = (tmp_path / "workers.txt").read_text().split()
     assert len(workers) == 6 and len(set(workers)) == 1, f"one group ran on {sorted(set(workers))}"
+
+
+def test_notebook_kernels_use_unix_sockets_not_tcp_ports(tmp_path):
+    """The suite's kernels (conftest.execute_notebook) take no TCP port that another process could
+    take first; a kernel that was started over TCP, or in another folder, fails this."""
+    import nbformat
+
+    from conftest import execute_notebook
+
+    cell = nbformat.v4.new_code_cell("import os\nfrom ipykernel import get_connection_info\n"
+                                     "info = get_connection_info(unpack=True)\nprint(info['transport'], os.getcwd())")
+    nb = nbformat.v4.new_notebook(cells=[cell])
+    execute_notebook(nb, tmp_path, timeout=120)
+    transport, cwd = cell.outputs[0]["text"].split()
+    assert transport == "ipc" and cwd == str(tmp_path), cell.outputs

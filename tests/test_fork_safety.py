@@ -25,9 +25,8 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from nbclient import NotebookClient
 
-from conftest import FIXTURES, SOLUTIONS, notebooks, read
+from conftest import FIXTURES, SOLUTIONS, execute_notebook, notebooks, read
 
 pytestmark = pytest.mark.slow  # runs every notebook with a pretended GPU: `make test`, not `make test-fast`
 
@@ -47,9 +46,7 @@ def run_with_pretend_gpu(nb, tmp_path: Path, gpus: int = 1) -> list[dict]:
         f"import cuda_fork_simulator; cuda_fork_simulator.install({str(log)!r}, gpus={gpus})")
     nb = nbformat.from_dict(nb)
     nb.cells.insert(0, install)
-    client = NotebookClient(nb, timeout=600, kernel_name="python3", allow_errors=True,
-                            resources={"metadata": {"path": str(tmp_path)}})
-    client.execute()
+    execute_notebook(nb, tmp_path, timeout=600, allow_errors=True)
     errors = [o for o in nb.cells[0].get("outputs", []) if o.get("output_type") == "error"]
     assert not errors, f"the simulator did not install: {errors}"
     return cuda_fork_simulator.read_events(log)

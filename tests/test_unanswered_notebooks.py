@@ -7,9 +7,8 @@ from __future__ import annotations
 
 
 import pytest
-from nbclient import NotebookClient
 
-from conftest import COURSE, nbgrader_meta, notebooks, read
+from conftest import COURSE, execute_notebook, nbgrader_meta, notebooks, read
 
 from gpucourse import environment
 
@@ -47,8 +46,7 @@ def problems(nb) -> list[str]:
 def test_released_notebook_runs_unanswered_with_no_traceback_outside_the_exercises(path, tmp_path):
     assert environment.smoke(), "run through `make test`, which sets GPUCOURSE_SMOKE=1"
     nb = read(path)
-    NotebookClient(nb, timeout=900, kernel_name="python3", allow_errors=True,
-                   resources={"metadata": {"path": str(tmp_path)}}).execute()
+    execute_notebook(nb, tmp_path, timeout=900, allow_errors=True)
     assert all(c.execution_count for c in nb.cells if c.cell_type == "code"), "some code cells did not run"
     assert any(_expected(c, o) for c in nb.cells for o in c.get("outputs", []) if o.output_type == "error"), \
         "no exercise failed: the notebook was not run unanswered"
