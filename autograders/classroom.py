@@ -1,6 +1,7 @@
 """A class of submissions built from the course's own material, for tests and benchmarks.
 
-Students: ``reference`` (the solution notebook), ``unanswered`` (the release as handed out), and
+Students: ``reference`` (the solution notebook, its first answer cell followed by ``HONEST``, what an
+honest student's code may leave running), ``unanswered`` (the release as handed out), and
 the answer fixtures in ``tests/fixtures/<assignment>/{wrong,right}/<exercise>__<name>.py``, packed:
 student ``wrong-1`` answers every exercise with its first wrong fixture, ``wrong-2`` with its second,
 and so on (``right-N`` likewise), so a class needs as many students as the longest list of fixtures,
@@ -34,6 +35,43 @@ def fixtures() -> list[tuple[str, str, str, Path]]:
 
 def auto_graded_cells(nb: dict) -> list[str]:
     return [nbgrader_meta(c)["grade_id"] for c in nb["cells"] if nbgrader_meta(c).get("grade") and not nbgrader_meta(c).get("solution")]
+
+
+# Honest code that leaves threads and processes behind, as students' code does: none of it may cost a
+# point or raise a flag (the grader's quiet check looks for code of the cells running, not for threads).
+# Appended to the reference's first answer cell (of a function or answer exercise when there is one), so
+# every assignment's graded run keeps each of these alive through its checks.
+HONEST = """
+
+# --- honest patterns that leave threads and processes behind (autograders.classroom.HONEST) ---
+import concurrent.futures as _futures, multiprocessing as _mp, queue as _queue, subprocess as _subprocess
+import sys as _sys, threading as _threading
+import torch as _torch
+_POOL = _futures.ThreadPoolExecutor(2)  # a module-level thread pool: its idle threads stay
+assert list(_POOL.map(abs, [-1, -2])) == [1, 2]
+_torch.set_num_threads(2)  # OpenMP/BLAS keep a second thread after a matmul
+_torch.ones(96, 96) @ _torch.ones(96, 96)
+with _mp.get_context("forkserver").Pool(1) as _pool:  # the forkserver process stays for the next pool
+    assert _pool.map(abs, [-3]) == [3]
+with _mp.get_context("spawn").Pool(1) as _pool:  # so does the resource tracker
+    assert _pool.map(abs, [-4]) == [4]
+_LOADER = _torch.utils.data.DataLoader(list(range(4)), batch_size=2, num_workers=1, persistent_workers=True)
+assert [b.tolist() for b in _LOADER] == [[0, 1], [2, 3]]  # its worker process stays for the next epoch
+_WAITING = _queue.Queue()
+_threading.Thread(target=_WAITING.get, daemon=True).start()  # a daemon thread blocked in a library call
+_subprocess.run([_sys.executable, "-c", "pass"], check=True)  # a child that ends cleanly
+"""
+
+
+def with_honest_patterns(nb: dict, assignment: str) -> dict:
+    """``nb`` with ``HONEST`` after its first answer cell's code (of a function or answer exercise when the
+    assignment has one: a script exercise's cell also runs in every rank)."""
+    scripts = {e.name for e in declarations.exercises(assignment) if isinstance(e.kind, declarations.Script)}
+    answers = [c for c in nb["cells"] if nbgrader_meta(c).get("solution") and c["cell_type"] == "code"]
+    target = next((c for c in answers if nbgrader_meta(c)["grade_id"] not in scripts), answers[0])
+    source = target["source"] if isinstance(target["source"], str) else "".join(target["source"])
+    target["source"] = source + HONEST
+    return nb
 
 
 fixture_names: dict[tuple[str, str], list[str]] = {}  # what the last build put in each submission
@@ -70,6 +108,8 @@ def build(folder: Path, limit: int | None = None, only: str | None = None,
         released = COURSE / assignment / source.name
         cells = auto_graded_cells(json.loads(source.read_text()))
         shutil.copytree(source.parent, folder / "reference" / assignment)
+        honest = with_honest_patterns(json.loads(source.read_text()), assignment)
+        (folder / "reference" / assignment / source.name).write_text(json.dumps(honest, indent=1))
         shutil.copytree(released.parent, folder / "unanswered" / assignment)
         expected[("reference", assignment)] = {c: "full" for c in cells}
         expected[("unanswered", assignment)] = {c: "zero" for c in cells}

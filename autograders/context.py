@@ -90,6 +90,8 @@ class Submission:
     flags: list[str] = field(default_factory=list)  # what a person should look at
     forgery: list[str] = field(default_factory=list)  # the reasons every score of the submission is 0
     # observe
+    seed: int | None = None  # the seed this submission's drawn inputs came from (settings.Grading.seed reproduces it)
+    inputs: dict[CaseRef, Any] = field(default_factory=dict)  # the drawn inputs of each case that draws them
     observations: dict[CaseRef, dict] = field(default_factory=dict)  # each case's record from the runner
     notes: list[str] = field(default_factory=list)  # why the run ended early, launches that failed for the machine
     log: str = ""  # the sandbox's output

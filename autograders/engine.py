@@ -145,8 +145,32 @@ def flag(nb, sub: Submission):
 
 # --- 3. observe, in the sandbox ----------------------------------------------------------------------
 
-def _observer(ref: CaseRef, case: public.Case) -> dict:
-    return {"case": str(ref), "source": inspect.getsource(case.observe), "function": case.observe.__name__}
+def _observer(ref: CaseRef, case: public.Case, inputs) -> dict:
+    observer = {"case": str(ref), "source": inspect.getsource(case.observe), "function": case.observe.__name__}
+    return observer if case.draw is None else {**observer, "inputs": inputs}
+
+
+def draw_inputs(seed: int, named) -> dict[CaseRef, object]:
+    """The inputs of every case that draws them (``Case.draw``), each from its own generator seeded by
+    ``seed``, the exercise and the draw function: the same seed gives the same inputs whatever the
+    order or the cases around it (a regrade with ``c.Grading.seed`` sees what the first grading saw),
+    and the cases of one exercise that share a draw function share its inputs (so a multi-process
+    exercise's cases share one launch: ``gpucourse.checks.ddp`` launches a source once per inputs)."""
+    import random
+
+    def rng(ref, case):
+        draw = getattr(case.draw, "__qualname__", None) or repr(case.draw)
+        return random.Random(f"{seed}/{ref.exercise}/{draw}")
+
+    return {ref: case.inputs(rng(ref, case)) for ref, case in named if case.draw is not None}
+
+
+def grading_seed(grading: Grading) -> int:
+    """The seed of one submission's inputs: ``c.Grading.seed`` when set (to reproduce a grading), else
+    drawn here, from the operating system, for this submission alone."""
+    import secrets
+
+    return grading.seed if grading.seed is not None else secrets.randbits(63)
 
 
 def _env(grading: Grading) -> dict[str, str]:
@@ -206,7 +230,7 @@ def protocol(records: list, cell_count: int, case_ids: list[str]) -> tuple[list[
         if finished:
             broken.append(f"a record after done ({str(kind or record)[:60]})")
         elif kind == "flag":
-            flags.append(str(record.get("reason", "flagged by the runner"))[:1000])
+            flags.append((str(record.get("reason", "flagged by the runner"))[:1000], record.get("forgery") is True))
         elif kind == "done":
             finished = True
         elif kind == "cell" and record.get("index") == cells and cells < cell_count:
@@ -238,17 +262,19 @@ def _cell_outputs(record: dict) -> list[dict]:
 def apply_records(nb, sub: Submission, records: list) -> None:
     """The runner's records, checked against the protocol (``protocol``), onto the notebook (each
     cell's output and error on the cell it ran) and into ``sub.observations``. A record out of turn
-    is a forgery (it zeroes the submission); the runner's own flags zero it too (it refused to
-    observe a process that was not quiet, or its worker wrote out of turn)."""
+    is a forgery (it zeroes the submission), and so is the supervisor's flag that the worker wrote out
+    of turn; its other flags (a run it could not judge: not quiet after the cells, twice) are for a
+    person to read, and zero nothing."""
     plan = sub.plan
     refs = [ref for named in cases_of(nb, sub.checks, sub.assignment).values() for ref, _ in named]
     by_text = {str(ref): ref for ref in refs}
     records, flags, broken = protocol(records, len(plan.cells), list(by_text))
-    reasons = flags + ([f"the run's records broke the grader's protocol: {'; '.join(broken)}"] if broken else [])
-    for reason in reasons:
-        sub.forgery = sub.forgery + [reason]
+    reasons = flags + ([(f"the run's records broke the grader's protocol: {'; '.join(broken)}", True)] if broken else [])
+    for reason, forgery in reasons:
+        if forgery:
+            sub.forgery = sub.forgery + [reason]
+            _meta(nb).setdefault("forgery", []).append(reason)
         sub.flags = sub.flags + [reason]
-        _meta(nb).setdefault("forgery", []).append(reason)
         _meta(nb).setdefault("flags", []).append(reason)
     for record in records:
         if record.get("type") == "cell" and isinstance(record.get("index"), int) and 0 <= record["index"] < len(plan.cells):
@@ -267,13 +293,19 @@ def observe(nb, sub: Submission):
         return nb, sub
     limits, preloads = options.limits, options.preloads
     cases = cases_of(nb, sub.checks, sub.assignment)
+    named = [pair for pairs in cases.values() for pair in pairs]
+    # the inputs of the cases that draw them: chosen now, from a seed of this submission's, and sent
+    # with the observers, after the last cell; the judges compare with references only this side holds
+    sub.seed = grading_seed(grading)
+    sub.inputs = draw_inputs(sub.seed, named)
+    _meta(nb)["seed"] = sub.seed
     job = {"cells": [{"source": c["source"], "grade_id": c["grade_id"]} for c in plan.cells],
            # one stuck cell or check costs a fraction of the wall time, not the whole run; the sandbox
            # side reads the grader's other settings from here too (settings.Grading.job_settings)
            **grading.job_settings(limits.wall_seconds)}
     # the observers (hidden ones' source and inputs) on a pipe of their own, which the runner reads
     # only once the cells are done: no cell can read them
-    observers = json.dumps([_observer(ref, case) for named in cases.values() for ref, case in named]).encode()
+    observers = json.dumps([_observer(ref, case, sub.inputs.get(ref)) for ref, case in named]).encode()
     box = options.work / ".sandbox" / f"{sub.student}__{sub.assignment}"
     if box.exists():
         shutil.rmtree(box)
@@ -322,7 +354,7 @@ def infrastructure(observations: dict[CaseRef, dict]) -> list[str]:
 
 # --- 4. judge, here ----------------------------------------------------------------------------------
 
-def _judge(case: public.Case, observation: dict | None) -> str | None:
+def _judge(case: public.Case, observation: dict | None, inputs=None) -> str | None:
     if observation is None:
         return "no observation (the run ended before this check)"
     if not observation.get("ok"):
@@ -330,7 +362,7 @@ def _judge(case: public.Case, observation: dict | None) -> str | None:
             return str(observation.get("error", "an answer is missing"))
         return f"raised {observation.get('error', 'an error')}"
     try:
-        return case.judge(observation.get("data"))
+        return case.judge_with(observation.get("data"), inputs)
     except Exception as error:  # malformed data is a failed check, not a grader crash
         return f"unexpected data ({type(error).__name__})"
 
@@ -347,7 +379,7 @@ def judge(nb, sub: Submission):
         lines = [f"scored 0: {'; '.join(forgery)}"] if forgery else []
         passed = not forgery
         for ref, case in named:
-            verdict = _judge(case, observations.get(ref))
+            verdict = _judge(case, observations.get(ref), sub.inputs.get(ref))
             label = ("hidden check: " if ref.hidden else "") + case.name
             lines.append(f"✓ {label}" if verdict is None else f"✗ {label}: {verdict}")
             passed = passed and verdict is None

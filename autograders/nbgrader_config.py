@@ -58,6 +58,7 @@ c.DueDates.duedates = {}
 # c.Grading.collective_seconds = 45.0  # a collective waits this long, then fails every rank of a graded launch
 # c.Grading.launch_tries = 3  # launches of a script exercise that fails for a reason of the machine's, then a flag
 # Grading: the grader's side
+# c.Grading.seed = None  # the hidden checks' inputs are drawn at grading time from this seed; None: a new one per submission
 # c.Grading.results_bytes = 8 << 20  # bytes accepted from a run's results pipe
 # c.Grading.jobs = 0  # submissions graded at once; 0: one per CPU core (--jobs N)
 # c.Grading.preload = True  # fork each sandbox from a preloaded Python instead of starting one (--no-preload)
@@ -70,6 +71,12 @@ c.DueDates.duedates = {}
 # c.SandboxLimits.processes = 256  # processes and threads of its user (RLIMIT_NPROC): bounds a fork bomb
 # c.SandboxLimits.file_bytes = 256 << 20  # largest file it may write (RLIMIT_FSIZE)
 # c.SandboxLimits.output_bytes = 1 << 20  # bytes of its stdout and stderr kept for the log
+# SandboxLimits: the whole sandbox, in a cgroup of its own where the grader is root; 0: none
+# c.SandboxLimits.memory_max_bytes = 6 << 30  # memory of all its processes, its /tmp and /dev/shm files included
+# c.SandboxLimits.tmpfs_bytes = 1 << 30  # size of its own /tmp and of its /dev/shm (isolated, cgroup or not)
+# c.SandboxLimits.pids_max = 512  # processes and threads of the whole sandbox (pids.max): bounds a fork bomb
+# c.SandboxLimits.cpu_weight = 100  # its CPU share beside other sandboxes (cpu.weight; v1 cpu.shares 1024)
+# c.SandboxLimits.cpu_quota = 0.0  # the most CPUs it may keep busy at once (cpu.max); 0: no cap
 
 # Grading and Validate execute each notebook with a real kernel; warnings on stderr cost nothing.
 c.Execute.timeout = 600

@@ -7,7 +7,7 @@ Grading a submission used to start a Python and import torch (and often Lightnin
 per submission, the same work every time. This process does it once per grading worker, then for
 each run it forks a child that becomes the sandboxed program exactly as ``sandbox.run`` would start
 it (see ``sandbox.py``): a new session, the resource limits, the scrubbed environment, its own
-working folder; when isolated, new network, mount, PID and IPC namespaces with the same mounts, and
+working folder, the run's cgroup (as root); when isolated, new network, mount, PID and IPC namespaces with the same mounts, and
 ``nobody`` with no capabilities and no new privileges. The grader still kills the child's process
 group on timeout, and a child in a PID namespace takes everything it started with it.
 
@@ -167,7 +167,8 @@ def _isolate(script: str, processes: int, user: int = NOBODY) -> None:
 
 def _child(request: dict, fds: list[int], started: int, base_path: list[str]) -> None:
     limits = sandbox.Limits(**request["limits"])
-    sandbox._limit_resources(limits)()  # a new session first, then the limits
+    # its cgroup first (before the job, which holds the student's code, is read), then a new session and the limits
+    sandbox._limit_resources(limits, tuple(request.get("cgroup", ())))()
     os.write(started, b"x")
     _descriptors(fds, [0, 1] + request["pass_fds"])
     for number in (signal.SIGCHLD, signal.SIGTERM, signal.SIGHUP, signal.SIGALRM):

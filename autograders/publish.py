@@ -209,6 +209,9 @@ def edition_pyproject(edition: Edition, source: Path = ROOT / "pyproject.toml") 
         if kept:
             extras[name] = kept
     dependencies = "".join(f"    {json.dumps(d)},\n" for d in project["dependencies"])
+    # the package's data files as the project declares them, from the one place they are declared
+    data = tomllib.loads(source.read_text())["tool"]["setuptools"]["package-data"]
+    package_data = "".join(f"{json.dumps(k)} = {_toml_list(v)}\n" for k, v in data.items())
     return f"""\
 [build-system]
 requires = ["setuptools>=77"]
@@ -238,8 +241,7 @@ version = {{ attr = "gpucourse.__version__" }}
 where = ["src"]
 
 [tool.setuptools.package-data]
-"gpucourse.checks" = ["self_check.json"]
-"""
+{package_data}"""
 
 
 def _lesson_rows(course: Path, edition: Edition) -> str:

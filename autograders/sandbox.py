@@ -21,7 +21,12 @@ with no capabilities. Two ways, probed once (``probe()``):
   Python: bubblewrap has to start the program it confines, and a child forked from a preloaded
   Python is already running.
 
-``probe().describe()`` says which applies and, when neither does, what is missing and how to get it.
+As root, each run also gets a cgroup of its own (``cgroups``): the kernel bounds the memory of the
+whole run, its tmpfs files included, its number of processes and its share of the CPU, and kills what
+is left when it ends. Elsewhere the rlimits (and bubblewrap's namespaces) still bound it.
+
+``probe().describe()`` says which applies and, when neither does, what is missing and how to get it;
+it says as well whether cgroup limits apply, and why not.
 """
 
 from __future__ import annotations
@@ -42,6 +47,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from . import cgroups
+
 NOBODY = 65534  # the user sandboxed code runs as (here and in preload's children)
 
 
@@ -57,6 +64,13 @@ class Limits:
     user: int = NOBODY
     file_bytes: int = 256 << 20
     output_bytes: int = 1 << 20  # kept; anything beyond is counted and dropped
+    # The run as a whole, in its cgroup (as root; 0: none): rlimits bound each process alone, and tmpfs
+    # pages count against no process. Memory includes the sandbox's /tmp and /dev/shm, with no swap.
+    memory_max_bytes: int = 6 << 30
+    tmpfs_bytes: int = 1 << 30  # each of the isolated sandbox's own /tmp and /dev/shm, cgroup or not
+    pids_max: int = 512  # processes and threads of this run alone, whoever runs beside it
+    cpu_weight: int = 100  # its CPU share against other sandboxes (cgroup v2's cpu.weight; 100 is the default)
+    cpu_quota: float = 0  # the most CPUs it may use at once; 0: no cap
 
 
 @dataclass
@@ -70,6 +84,7 @@ class Outcome:
     notes: list[str] = field(default_factory=list)
     isolation: str = ""  # the method (METHODS) when isolated
     forked: bool = False  # from a preloaded Python (Preloaded), not a new interpreter
+    cgroup: str = ""  # "v1" or "v2" when the run had a cgroup of its own (cgroups), else ""
 
     @property
     def truncated(self) -> bool:
@@ -91,10 +106,16 @@ class Isolation:
 
     def describe(self) -> str:
         if self.method == "namespaces":
-            return "isolated: namespaces (root, unshare), code runs as nobody"
-        if self.method == "bwrap":
-            return "isolated: bubblewrap (user namespaces), code runs as nobody in its own namespaces"
-        return "not isolated (resource limits and process-group kill only): " + "; ".join(self.missing)
+            text = "isolated: namespaces (root, unshare), code runs as nobody"
+        elif self.method == "bwrap":
+            text = "isolated: bubblewrap (user namespaces), code runs as nobody in its own namespaces"
+        else:
+            text = "not isolated (resource limits and process-group kill only): " + "; ".join(self.missing)
+        limits = cgroups.probe()
+        if limits:
+            return f"{text}; {limits.describe()}"
+        still = "rlimits per process" + (", its own /tmp and /dev/shm of bounded size" if self.method else "")
+        return f"{text}; {limits.describe()}: {still} bound the run"
 
 
 def _first_line(path: str) -> str:
@@ -117,12 +138,24 @@ def _userns_problem() -> str:
     return ""
 
 
-def _bwrap_base() -> list[str]:
-    """bubblewrap's namespaces and process settings, the same for the probe and every run."""
+def _bwrap_base(tmpfs_bytes: int = 0) -> list[str]:
+    """bubblewrap's namespaces and process settings, the same for the probe and every run; /tmp and
+    /dev/shm of ``tmpfs_bytes`` each where this bubblewrap has ``--size`` (0.5.0 and later)."""
+    sized = ["--size", str(tmpfs_bytes)] if tmpfs_bytes and _bwrap_sizes() else []
     return [shutil.which("bwrap") or "bwrap", "--unshare-user", "--uid", str(NOBODY), "--gid", str(NOBODY),
             "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
             "--die-with-parent", "--new-session", "--cap-drop", "ALL",
-            "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp", "--ro-bind-try", "/sys", "/sys"]
+            "--dev", "/dev", "--proc", "/proc", *sized, "--tmpfs", "/tmp", "--ro-bind-try", "/sys", "/sys"] + \
+        ([*sized, "--tmpfs", "/dev/shm"] if sized else [])  # else /dev/shm is a folder of --dev's tmpfs
+
+
+@functools.cache
+def _bwrap_sizes() -> bool:
+    """Whether this bubblewrap sizes its tmpfs mounts (``--size``); older ones leave them unbounded."""
+    try:
+        return "--size" in subprocess.run(["bwrap", "--help"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        return False
 
 
 @functools.cache
@@ -206,8 +239,15 @@ def _claim(uid: int) -> bool:
     return True
 
 
-def _limit_resources(limits: Limits):
+def _limit_resources(limits: Limits, cgroup: tuple[str, ...] = ()):
+    """What the child does before it runs the program: its cgroup (``cgroups.Group.procs``) first, so
+    that everything after is counted, then a session of its own and the rlimits."""
     def apply() -> None:
+        if cgroup:
+            try:
+                cgroups.join(cgroup)
+            except OSError as error:  # the rlimits still hold: run, and say so in the run's output
+                os.write(2, f"sandbox: could not join the run's cgroup: {error}\n".encode())
         os.setsid()
         resource.setrlimit(resource.RLIMIT_AS, (limits.memory_bytes, limits.memory_bytes))
         resource.setrlimit(resource.RLIMIT_CPU, (limits.cpu_seconds, limits.cpu_seconds))
@@ -348,20 +388,22 @@ def _hidden(hide) -> list[Path]:
     return [p for p in found if p.is_dir() and p not in copies and any(p.is_relative_to(inside) for inside, _ in shown)]
 
 
-def _root_script(workdir: Path, hide: list[Path]) -> list[str]:
+def _root_script(workdir: Path, hide: list[Path], tmpfs_bytes: int = 0) -> list[str]:
     """Shell lines, run as root in the new mount namespace, that put the sandbox's root together at
     ROOT_MOUNT from ``visible()`` alone; the caller then changes root to it (``chroot``). A folder in
-    ``hide`` that lies inside a visible one is covered too."""
+    ``hide`` that lies inside a visible one is covered too. Its own /tmp and /dev/shm hold at most
+    ``tmpfs_bytes`` each (0: half the machine's memory, the kernel's default)."""
     root = ROOT_MOUNT
+    size = f",size={tmpfs_bytes}" if tmpfs_bytes else ""
     script = [f"mount -t tmpfs -o mode=0755 gpucourse-root {root}"]
     # The sandbox's own /proc, /dev, /tmp and /sys first: a visible folder that lies below one of them (a
     # checkout under /tmp, as CI's may be) is then bound inside it instead of being covered by it.
     script += [f"mkdir {root}/proc {root}/dev {root}/tmp {root}/mnt {root}/sys",
                f"mount -t proc -o nosuid,noexec,nodev proc {root}/proc",
                f"mount --bind /dev {root}/dev",  # devices; not /dev/shm or /dev/pts mounted below it
-               f"mount -t tmpfs -o mode=1777 gpucourse-shm {root}/dev/shm",
+               f"mount -t tmpfs -o mode=1777{size} gpucourse-shm {root}/dev/shm",
                f"mount --bind /sys {root}/sys",
-               f"mount -t tmpfs -o mode=1777 gpucourse-tmp {root}/tmp"]
+               f"mount -t tmpfs -o mode=1777{size} gpucourse-tmp {root}/tmp"]
     for inside, source in visible():
         target, quoted = shlex.quote(root + inside), shlex.quote(source)
         if os.path.islink(source) and inside == source:  # /bin -> usr/bin: the same link
@@ -375,7 +417,7 @@ def _root_script(workdir: Path, hide: list[Path]) -> list[str]:
     return script
 
 
-def _mount_script(workdir: Path, hide: list[Path], proc: bool = False) -> list[str]:
+def _mount_script(workdir: Path, hide: list[Path], proc: bool = False, tmpfs_bytes: int = 0) -> list[str]:
     """Shell lines run as root inside the new namespaces: loopback up, then the sandbox's root from
     ``visible()`` alone (``_root_script``) at ROOT_MOUNT, which the caller makes the root. ``proc``:
     mount the PID namespace's own /proc first (what ``unshare --mount-proc`` does; the preloaded path
@@ -386,7 +428,7 @@ def _mount_script(workdir: Path, hide: list[Path], proc: bool = False) -> list[s
     """
     script = ["set -e", "mount --make-rprivate /"] + (["mount -t proc -o nosuid,noexec,nodev proc /proc"] if proc else [])
     script += ["ip link set lo up"]
-    return script + _root_script(workdir, hide)
+    return script + _root_script(workdir, hide, tmpfs_bytes)
 
 
 def _isolated_command(command: list[str], workdir: Path, hide: list[Path], limits: Limits) -> list[str]:
@@ -394,16 +436,16 @@ def _isolated_command(command: list[str], workdir: Path, hide: list[Path], limit
     inner = "cd /mnt && exec setpriv --reuid={0} --regid={0} --clear-groups --no-new-privs --inh-caps=-all " \
             "prlimit --nproc={1} -- {2}".format(limits.user, limits.processes, shlex.join(command))
     chroot = shutil.which("chroot", path=os.pathsep.join([os.defpath, "/usr/sbin", "/sbin"])) or "chroot"
-    script = _mount_script(workdir, hide) + [f"exec {chroot} {ROOT_MOUNT} sh -c {shlex.quote(inner)}"]
+    script = _mount_script(workdir, hide, tmpfs_bytes=limits.tmpfs_bytes) + [f"exec {chroot} {ROOT_MOUNT} sh -c {shlex.quote(inner)}"]
     return ["unshare", "--net", "--mount", "--pid", "--ipc", "--fork", "--kill-child", "--mount-proc", "--",
             "sh", "-c", "\n".join(script)]
 
 
-def _bwrap_command(command: list[str], workdir: Path, hide: list[Path]) -> list[str]:
+def _bwrap_command(command: list[str], workdir: Path, hide: list[Path], tmpfs_bytes: int = 0) -> list[str]:
     """Wrap ``command`` in bubblewrap: ``_bwrap_base``'s namespaces over an empty root holding only
     ``visible()`` (read-only), its own /dev, /proc and /tmp, the work folder writable at /mnt; a
     ``hide`` folder inside a visible one under an empty tmpfs."""
-    args = _bwrap_base()
+    args = _bwrap_base(tmpfs_bytes)
     for inside, source in visible():
         if os.path.islink(source) and inside == source:
             args += ["--symlink", os.readlink(source), inside]
@@ -464,16 +506,18 @@ class Preloaded:
         return self._ready and self._process.poll() is None
 
     def start(self, command: list[str], workdir: Path, env: dict[str, str], hide: list[Path], limits: Limits,
-              isolate: str, pass_fds: tuple[int, ...]) -> "_Forked | None":
+              isolate: str, pass_fds: tuple[int, ...], cgroup: tuple[str, ...] = ()) -> "_Forked | None":
         """Fork ``command`` as ``run`` would start it; None if this server cannot (then start Python).
+        ``cgroup``: the run's (``cgroups.Group.procs``), which the child joins before anything else.
 
         ``isolate``: "" or "namespaces" (the server enters them in the child, as root); "bwrap" never
         forks: bubblewrap can only confine a program it starts itself."""
         if isolate not in ("", "namespaces") or command[:1] != [sys.executable] or env != self.env or not self.usable():
             return None
         request = {"command": command, "workdir": str(workdir), "env": env, "isolate": bool(isolate),
-                   "limits": dataclasses.asdict(limits), "pass_fds": list(pass_fds),
-                   "script": "\n".join(_mount_script(workdir, hide, proc=True)) if isolate else ""}
+                   "limits": dataclasses.asdict(limits), "pass_fds": list(pass_fds), "cgroup": list(cgroup),
+                   "script": "\n".join(_mount_script(workdir, hide, proc=True, tmpfs_bytes=limits.tmpfs_bytes))
+                   if isolate else ""}
         stdin_r, stdin_w = os.pipe()
         stdout_r, stdout_w = os.pipe()
         try:
@@ -545,18 +589,32 @@ def run(command: list[str], workdir: Path, *, env: dict[str, str] | None = None,
     elif not method:
         why = "; ".join(probe().missing) or "isolation was turned off"
         notes.append(f"not isolated (limits and process-group kill only): {why}")
+    try:
+        group = cgroups.create(limits)  # None where there are none (probe().describe() says why): rlimits only
+    except OSError as error:  # a limit the kernel refuses, say: the run goes on with its rlimits
+        group = None
+        notes.append(f"no cgroup for this run ({error}): its rlimits alone bound it")
+    try:
+        return _run(command, workdir, env, hide, limits, method, stdin, pass_fds, preloaded, notes, group)
+    finally:
+        if group is not None:
+            group.remove()  # kills what is left in it: a setsid daemon of a run that was not isolated too
+
+
+def _run(command, workdir, env, hide, limits, method, stdin, pass_fds, preloaded, notes, group) -> Outcome:
+    joins = group.procs if group is not None else ()
     start = time.perf_counter()
-    proc = preloaded.start(command, workdir, env, list(hide), limits, method, pass_fds) if preloaded else None
+    proc = preloaded.start(command, workdir, env, list(hide), limits, method, pass_fds, joins) if preloaded else None
     if proc is None:
         if method == "namespaces":
             full = _isolated_command(command, workdir, list(hide), limits)
         elif method == "bwrap":
-            full = _bwrap_command(command, workdir, list(hide))
+            full = _bwrap_command(command, workdir, list(hide), limits.tmpfs_bytes)
         else:
             full = command
         proc = subprocess.Popen(full, cwd=workdir, env=env,
                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                preexec_fn=_limit_resources(limits), pass_fds=pass_fds, close_fds=True)
+                                preexec_fn=_limit_resources(limits, joins), pass_fds=pass_fds, close_fds=True)
     for fd in pass_fds:  # handed over: the child holds them now, and readers must see EOF when it exits
         os.close(fd)
     kept: list[bytes] = []
@@ -575,6 +633,8 @@ def run(command: list[str], workdir: Path, *, env: dict[str, str] | None = None,
         timed_out = True
         notes.append(f"killed after {limits.wall_seconds:.0f} s of wall time")
     _kill_group(proc)
+    if group is not None:
+        group.remove()  # before the output is drained: a leftover process may hold the pipe open
     if isinstance(proc, _Forked) and proc.returncode is None:  # its end was never reported: never reuse that server
         proc.server._ready, proc.server.why = False, "a run's end was not reported"
     reader.join(timeout=10)
@@ -586,7 +646,7 @@ def run(command: list[str], workdir: Path, *, env: dict[str, str] | None = None,
     return Outcome(returncode=None if timed_out else proc.returncode,
                    output=output, output_bytes=counted[0],
                    seconds=time.perf_counter() - start, timed_out=timed_out, isolated=bool(method), notes=notes,
-                   forked=isinstance(proc, _Forked), isolation=method)
+                   forked=isinstance(proc, _Forked), isolation=method, cgroup=group.version if group else "")
 
 
 # What bubblewrap says when RLIMIT_NPROC stops it creating its namespaces: the limit counts every

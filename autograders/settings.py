@@ -34,11 +34,25 @@ class SandboxLimits(Configurable):
     file_bytes = Int(256 << 20, help="largest file a sandboxed process may write, in bytes (RLIMIT_FSIZE)").tag(config=True)
     output_bytes = Int(1 << 20, help="bytes of the sandbox's stdout and stderr kept for the log; the rest is "
                        "counted and dropped").tag(config=True)
+    # the sandbox as a whole, in a cgroup of its own where the grader is root (autograders/cgroups.py); 0: none
+    memory_max_bytes = Int(6 << 30, help="memory of the whole sandbox in bytes, its /tmp and /dev/shm files "
+                           "included, no swap (cgroup memory.max); 0: none").tag(config=True)
+    tmpfs_bytes = Int(1 << 30, help="size of each of an isolated sandbox's own /tmp and /dev/shm (tmpfs size=), "
+                      "in bytes, with or without cgroups; 0: the kernel's default, half the memory").tag(config=True)
+    pids_max = Int(512, help="processes and threads of the whole sandbox (cgroup pids.max): bounds a fork bomb "
+                   "whoever runs beside it; 0: none").tag(config=True)
+    cpu_weight = Int(100, min=0, max=10_000, help="the sandbox's share of the CPU against the sandboxes beside it (cgroup v2 "
+                     "cpu.weight, 1-10000; v1 cpu.shares = weight * 1024 / 100): many processes get no more "
+                     "than one; 0: none").tag(config=True)
+    cpu_quota = Float(0.0, min=0.0, help="the most CPUs the sandbox may keep busy at once (cgroup cpu.max); 0: no "
+                      "cap").tag(config=True)
 
     def limits(self) -> sandbox.Limits:
         return sandbox.Limits(wall_seconds=self.wall_seconds, cpu_seconds=self.cpu_seconds,
                               memory_bytes=self.memory_bytes, processes=self.processes,
-                              file_bytes=self.file_bytes, output_bytes=self.output_bytes)
+                              file_bytes=self.file_bytes, output_bytes=self.output_bytes,
+                              memory_max_bytes=self.memory_max_bytes, tmpfs_bytes=self.tmpfs_bytes,
+                              pids_max=self.pids_max, cpu_weight=self.cpu_weight, cpu_quota=self.cpu_quota)
 
 
 class Grading(Configurable):
@@ -72,6 +86,9 @@ class Grading(Configurable):
                        "(rendezvous, a thread or process that could not start), before the grader flags it "
                        "(gpucourse.checks.ddp.TRIES)").tag(config=True)
     # the grader's side
+    seed = Int(None, allow_none=True, help="the seed of the inputs the hidden checks draw at grading time; None: a "
+               "new one per submission, from the operating system (each autograded notebook records its own in "
+               "metadata.gpucourse.seed: set it here to grade again with the same inputs)").tag(config=True)
     results_bytes = Int(8 << 20, help="bytes the grader accepts from a run's results pipe").tag(config=True)
     jobs = Int(0, help="submissions graded at once; 0: one per CPU core (make grade GRADE_ARGS=--jobs=N "
                "overrides)").tag(config=True)

@@ -464,6 +464,15 @@ def _fixture_params():
             for assignment, kind, exercise, path in classroom.fixtures()]
 
 
+def grading_seed() -> int:
+    """The seed of the drawn inputs in an in-process judgement: new each time, as in grading, unless
+    GPUCOURSE_TEST_SEED gives one (a failure names the seed it drew, to draw the same inputs again)."""
+    import secrets
+
+    given = os.environ.get("GPUCOURSE_TEST_SEED")
+    return int(given) if given else secrets.randbits(63)
+
+
 def judge_answer(exercise: str, source: str, filename: str = "<answer>") -> list[str]:
     """The ✗ lines the grader's judges give an answer cell ``source`` of ``exercise`` (observed here, not
     in the sandbox: quick enough for one lesson's fixtures, ``-k lesson04``). ``filename``: a file that
@@ -494,16 +503,19 @@ def _judge_in(ns, hidden, exercise, source, filename):
     except Exception as error:  # an answer cell that raises still gets every case's verdict
         print(f"the answer cell raised {type(error).__name__}: {error}")
     failures = []
-    for case_id, case in engine.cases_for(hidden, exercise):
+    named = engine.cases_for(hidden, exercise)
+    seed = grading_seed()
+    inputs = engine.draw_inputs(seed, named)
+    for case_id, case in named:
         try:
-            observation = {"ok": True, "data": checks.as_data(case.observe(ns))}
+            observation = {"ok": True, "data": checks.as_data(case.observe_with(ns, inputs.get(case_id)))}
         except checks.AnswerError as error:
             observation = {"ok": False, "answer": True, "error": str(error)}
         except Exception as error:
             observation = {"ok": False, "error": f"{type(error).__name__}: {error}"}
-        verdict = engine._judge(case, observation)
+        verdict = engine._judge(case, observation, inputs.get(case_id))
         if verdict is not None:
-            failures.append(f"✗ {case.name}: {verdict}")
+            failures.append(f"✗ {case.name}: {verdict} [inputs drawn from seed {seed}: GPUCOURSE_TEST_SEED={seed} draws them again]")
     return failures
 
 

@@ -79,18 +79,64 @@ def test_torchrun_under_slurm_is_seen_as_torchelastic():
     assert {(v["world_size"], v["main_address"], v["main_port"]) for v in views} == {(8, "gpu017", 29500)}
 
 
-def test_the_checks_restatement_equals_lightning_on_every_checked_job():
+@pytest.mark.parametrize("seed", range(3))
+def test_the_reference_and_the_restatement_equal_lightning_on_every_drawn_task(seed):
+    import random
+
+    from gpucourse.checks.values import rebuild
+
     hidden = _hidden_checks()
-    envs = L.build_jobs(L.PUBLIC_RANK_JOBS + hidden.SHAPES + hidden.ODD_PLACES) + [L.INTERACTIVE_SHELL, {}]
-    envs += L.build_jobs([(5, 1, {"distribution": "cyclic"}, {}), (2, 8, {"numbers": [9, 10]}, {})])
-    assert len(envs) > 50
+    envs = L.build_jobs(L.PUBLIC_RANK_JOBS) + [L.INTERACTIVE_SHELL, {}]
+    for case in hidden.HIDDEN["slurm_ranks"]:
+        envs += [rebuild(spec["args"])[0] for spec in case.draw(random.Random(seed))]
+    assert len(envs) > 100
     for env in envs:
         view = C.lightning_view(env)
-        mine = hidden.lightning_slurm_ranks(env)
+        mine, reference = hidden.lightning_slurm_ranks(env), hidden.reference_slurm_ranks(env)
+        assert "error" not in view, (env, view)
         if view["environment"] != "SLURMEnvironment":
-            assert mine is None, env
+            assert mine is None and reference is None, env
         else:
-            assert mine == {k: view[k] for k in L.RANK_KEYS}, env
+            assert mine == reference == {k: view[k] for k in L.RANK_KEYS}, env
+
+
+def test_the_slurm_judge_accepts_the_reference_and_names_each_mistake():
+    import random
+
+    from gpucourse.checks import observe_calls
+
+    hidden = _hidden_checks()
+    right = {"slurm_ranks": hidden.reference_slurm_ranks}
+    wrong_case = {"slurm_ranks": lambda env: None if env.get("SLURM_JOB_NAME", "").lower() in ("bash", "interactive")
+                  or "SLURM_NTASKS" not in env else hidden.reference_slurm_ranks(env)}
+    for case in hidden.HIDDEN["slurm_ranks"]:
+        calls = case.draw(random.Random(5))
+        assert hidden.judge_slurm_calls(observe_calls(right, "slurm_ranks", calls), calls) is None
+    calls = hidden.HIDDEN["slurm_ranks"][1].draw(random.Random(5))
+    assert "Bash" in hidden.judge_slurm_calls(observe_calls(wrong_case, "slurm_ranks", calls), calls)
+
+
+@pytest.mark.parametrize("launch,problem", [
+    ("srun torchrun --nnodes=2 --nproc-per-node=4 --node-rank=$SLURM_NODEID --master-addr=$MASTER_ADDR "
+     "--master-port=29500 train.py", "--node-rank=0"),
+    ('srun bash -c "torchrun --nnodes=2 --nproc-per-node=4 --node-rank=${SLURM_NODEID} --master-addr=$MASTER_ADDR '
+     '--master-port=29500 train.py"', "--node-rank=0"),
+    ("NODE=$SLURM_NODEID\nsrun bash -c 'torchrun --nnodes=2 --nproc-per-node=4 --node-rank=$NODE --master-addr=$MASTER_ADDR "
+     "--master-port=29500 train.py'", "the batch shell expands"),
+    ("srun torchrun --nnodes=2 --nproc-per-node=4 --node-rank=\\$SLURM_NODEID --master-addr=$MASTER_ADDR "
+     "--master-port=29500 train.py", "no shell of the task expands it"),
+    ("srun bash -c 'torchrun --nnodes=2 --nproc-per-node=4 --node-rank=$SLURM_NODEID --master-addr=$MASTER_ADDR "
+     "--master-port=29500 train.py'", None),
+    ('srun bash -c "torchrun --nnodes=2 --nproc-per-node=4 --node-rank=\\$SLURM_NODEID --master-addr=$MASTER_ADDR '
+     '--master-port=29500 train.py"', None),
+    ("srun torchrun --nnodes=2 --nproc-per-node=4 --node-rank=$SLURM_NODEID --rdzv-backend=c10d --rdzv-endpoint=$MASTER_ADDR "
+     "train.py", None),  # a c10d rendezvous gives the node ranks itself: --node-rank is not used
+])
+def test_the_node_rank_is_judged_where_the_shells_expand_it(launch, problem):
+    text = ("#!/bin/bash\n#SBATCH --nodes=2\n#SBATCH --ntasks-per-node=1\n#SBATCH --gres=gpu:4\n"
+            'export MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)\n' + launch + "\n")
+    verdict = L.judge_sbatch({"nodes": 2, "gpus": 4, "command": "python train.py"}, text)
+    assert verdict is None if problem is None else problem in verdict, verdict
 
 
 def test_the_public_checks_expectations_are_what_lightning_derives():

@@ -1,6 +1,6 @@
-"""Lesson 14's helpers (gpucourse.comms) and the arithmetic its judges use (gpucourse.checks.lesson14):
-collectives timed on 2 gloo processes, the step plans of DDP and ZeRO, bus bandwidth, the figures; the
-judges' least-squares fit and ring byte counts on inputs whose answers are known."""
+"""Lesson 14's helpers (gpucourse.comms) and its checks: collectives timed on 2 gloo processes, the step
+plans of DDP and ZeRO, bus bandwidth, the figures; the grader's references (its hidden checks) on inputs
+whose answers are known, the public tables against them, and the drawn inputs' reach."""
 
 from __future__ import annotations
 
@@ -15,6 +15,8 @@ import pytest  # noqa: E402
 
 from gpucourse import comms as C  # noqa: E402
 from gpucourse.checks import lesson14 as L  # noqa: E402
+
+from autograders.checks import lesson14_communication as H  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -99,52 +101,84 @@ def test_sizes_between():
         C.sizes_between(0, 10)
 
 
-def test_the_judges_fit_recovers_alpha_and_beta_of_a_synthetic_link():
+def test_the_graders_fit_recovers_alpha_and_beta_of_a_synthetic_link():
     rng = random.Random(3)
     sizes = [2.0**k for k in range(10, 27) for _ in range(3)]
     alpha, beta = 250e-6, 3e9
-    exact = L.expected_fit(sizes, [alpha + n / beta for n in sizes])
+    exact = H.reference_fit(sizes, [alpha + n / beta for n in sizes])
     assert exact[0] == pytest.approx(alpha, rel=1e-9) and exact[1] == pytest.approx(beta, rel=1e-9)
-    noisy = L.expected_fit(sizes, [(alpha + n / beta) * (1 + rng.uniform(-0.02, 0.02)) for n in sizes])
+    noisy = H.reference_fit(sizes, [(alpha + n / beta) * (1 + rng.uniform(-0.02, 0.02)) for n in sizes])
     assert noisy[1] == pytest.approx(beta, rel=0.05)
-    assert L.expected_fit([1e3, 2e3], [2e-3, 1e-3]) is None  # falling: no bandwidth
+    for sizes, seconds in ([1e3, 2e3], [2e-3, 1e-3]), ([1024, 2048, 3072], [2**-10, 2**-9, 2**-10]):
+        with pytest.raises(ValueError):  # falling, and a slope of exactly 0: no bandwidth
+            H.reference_fit(sizes, seconds)
 
 
-def test_generated_fit_inputs_are_valid_and_seeded():
-    cases = L.fit_inputs(1414, 24)
-    assert cases == L.fit_inputs(1414, 24) and cases != L.fit_inputs(1415, 24)
-    for sizes, seconds in cases:
-        assert len(sizes) == len(seconds) and len(set(sizes)) >= 2
-        assert min(sizes) > 0 and min(seconds) > 0 and L.expected_fit(sizes, seconds) is not None
-    assert any(len(set(s)) < len(s) for s, _ in cases)  # some repeated sizes
+def test_public_tables_are_the_graders_reference():
+    for (sizes, seconds), want in zip(L.FIT_PUBLIC, L.FIT_PUBLIC_WANT):
+        got = H.reference_fit(sizes, seconds)
+        assert got[0] == pytest.approx(want[0], rel=1e-9) and got[1] == pytest.approx(want[1], rel=1e-9)
+    assert [H.reference_comm_bytes(*args) for args in L.BYTES_PUBLIC] == L.BYTES_PUBLIC_WANT
+    for args in L.BYTES_BAD_PUBLIC:
+        with pytest.raises(ValueError):
+            H.reference_comm_bytes(*args)
+    for sizes, seconds in L.FIT_BAD_PUBLIC:
+        with pytest.raises(ValueError):
+            H.reference_fit(sizes, seconds)
+
+
+def test_the_public_module_computes_no_answer():
+    assert not any(hasattr(L, name) for name in ("expected_fit", "ring_bytes_per_rank", "STRATEGY_PHASES", "fit_inputs"))
 
 
 def test_ring_bytes_per_rank():
-    assert L.ring_bytes_per_rank("ddp", 1000, 4, 4) == 6000
-    assert L.ring_bytes_per_rank("zero3", 1000, 4, 4) == 9000
-    assert L.ring_bytes_per_rank("zero1", 1000, 4, 4) == L.ring_bytes_per_rank("zero2", 1000, 4, 4) == 6000
-    assert L.ring_bytes_per_rank("ddp", 10, 3, 2) == 32 and L.ring_bytes_per_rank("ddp", 10, 1, 2) == 0
+    assert H.reference_comm_bytes("ddp", 1000, 4, 4) == 6000
+    assert H.reference_comm_bytes("zero3", 1000, 4, 4) == 9000
+    assert H.reference_comm_bytes("zero1", 1000, 4, 4) == H.reference_comm_bytes("zero2", 1000, 4, 4) == 6000
+    assert H.reference_comm_bytes("ddp", 10, 3, 2) == 32 and H.reference_comm_bytes("ddp", 10, 1, 2) == 0
+    big = 2**60 + 1  # above 2**53: exact, where a float division is not
+    assert H.reference_comm_bytes("ddp", big, 3, 1) == 2 * 2 * (-(-big // 3))
+    for bad in (("DDP", 10, 2, 4), ("ddp", 10, 0, 4), ("ddp", -1, 2, 4), ("ddp", 10, 2, 0)):
+        with pytest.raises(ValueError):
+            H.reference_comm_bytes(*bad)
+
+
+def test_drawn_inputs_reach_the_whole_domain():
+    from autograders.differential import outcome
+
+    from gpucourse.checks.values import rebuild
+
+    for seed in range(3):
+        rng = random.Random(seed)
+        links = H.draw_links(rng)
+        args = [rebuild(c["args"]) for c in links]
+        assert all(outcome(H.reference_fit, c).get("returned") for c in links)
+        assert any(len(set(s)) == 2 for s, _ in args), "two distinct sizes"
+        assert any(len(set(s)) < len(s) for s, _ in args), "repeated sizes"
+        assert {tuple(c["numpy"]) for c in links} >= {(True, True), (False, False)}
+        assert any(isinstance(s, tuple) for s, _ in args) and any(isinstance(s[0], int) for s, _ in args)
+        assert any(H.reference_fit(*a)[0] < 0 for a in args), "a negative intercept"
+        bad = H.draw_bad_fits(rng)
+        assert all("raised" in outcome(H.reference_fit, c) for c in bad)
+        grid = [rebuild(c["args"]) for c in H.draw_every_strategy(rng)]
+        assert {a[0] for a in grid} == set(H.STRATEGIES) and any(a[1] > 2**53 for a in grid)
+        assert any(a[2] == 1 for a in grid) and any(a[1] == 0 for a in grid)
+        assert any(a[1] % a[2] for a in grid) and any(a[3] not in (1, 2, 4, 8) for a in grid)
+        assert all("raised" in outcome(H.reference_comm_bytes, c) for c in H.draw_bad_bytes(rng))
 
 
 def test_the_public_judges_accept_the_reference_and_say_what_is_wrong():
-    def reference_fit(sizes, seconds):
-        if len(sizes) != len(seconds) or len(set(sizes)) < 2:
-            raise ValueError("bad")
-        fit = L.expected_fit(list(sizes), list(seconds))
-        if fit is None:
-            raise ValueError("no slope")
-        return fit
-
-    ns = {"fit_alpha_beta": reference_fit}
+    ns = {"fit_alpha_beta": H.reference_fit}
     assert L.judge_fits(L.observe_fits(ns)) is None and L.judge_fit_errors(L.observe_fits(ns)) is None
-    ns = {"fit_alpha_beta": lambda n, t: reference_fit(n, t)[::-1]}  # (beta, alpha)
+    ns = {"fit_alpha_beta": lambda n, t: H.reference_fit(n, t)[::-1]}  # (beta, alpha)
     assert "beta" in L.judge_fits(L.observe_fits(ns))
-    ns = {"comm_bytes_per_step": L.ring_bytes_per_rank}
+    ns = {"comm_bytes_per_step": H.reference_comm_bytes}
     observed = L.observe_bytes(ns)
-    assert L.judge_bytes(observed) is None
-    assert "must raise ValueError" in L.judge_bytes_errors(observed)  # ring_bytes_per_rank does not validate
-    observed["results"][0][-1] += 1
-    assert "returned 6001" in L.judge_bytes(observed)
+    assert L.judge_bytes(observed) is None and L.judge_bytes_errors(observed) is None
+    ns = {"comm_bytes_per_step": lambda s, p, n, b: 2 * (n - 1) * -(-p // n) * b}  # no validation, zero3 as ddp
+    observed = L.observe_bytes(ns)
+    assert "must raise ValueError" in L.judge_bytes_errors(observed)
+    assert "returned 6000" in L.judge_bytes(observed)
 
 
 def test_figures_have_titles_and_labelled_axes_with_units(sweep):

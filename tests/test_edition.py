@@ -369,3 +369,24 @@ def test_estimates_are_rounded_up_measurements_or_none():
     both = estimate("gpucourse", "pytorch-lightning")
     assert both.seconds == MEASURED["gpucourse"].seconds + MEASURED["pytorch-lightning"].seconds
     assert estimate("numpy") is None and estimate("darts", "numpy") is None, "no estimate for what nobody measured"
+
+
+def test_the_editions_wheel_holds_every_package_data_file_of_the_project(built, tmp_path):
+    """Built as a non-editable install builds it (the setup cell's `pip install --no-deps`), the edition's
+    wheel has every data file the project's pyproject declares: the GPU reference the lessons read
+    (`gpucourse/reference/*.json`) was once left out, and 9 notebooks broke for every Colab student."""
+    import fnmatch
+
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--quiet",
+                    "--wheel-dir", str(tmp_path), str(built)], check=True, capture_output=True, text=True, timeout=300)
+    wheel = next(tmp_path.glob("gpucourse-*.whl"))
+    inside = set(zipfile.ZipFile(wheel).namelist())
+    declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]
+    wanted = []
+    for package, patterns in declared.items():
+        folder = built / "src" / Path(*package.split("."))
+        wanted += [f"{package.replace('.', '/')}/{p.name}" for p in folder.iterdir()
+                   if any(fnmatch.fnmatch(p.name, pattern) for pattern in patterns)]
+    assert any(name.startswith("gpucourse/reference/") and name.endswith(".json") for name in wanted)
+    missing = sorted(set(wanted) - inside)
+    assert not missing, f"the edition's wheel lacks {missing}"

@@ -160,7 +160,8 @@ def _forged(records: list[dict]) -> dict[str, list[dict]]:
         "a cell record twice": cells[:1] + cells + seen + done,
         "a record after done": cells + seen + done + [seen[0]],
         "a line that is not JSON": cells + ["not json"] + seen + done,
-        "the runner refused a process that was not quiet": cells + [{"type": "flag", "reason": "1 threads were left running"}] + done,
+        "the supervisor saw the worker write out of turn": cells + [{"type": "flag", "forgery": True,
+                                                                    "reason": "the run's messages were forged"}] + done,
     }
 
 
@@ -182,6 +183,23 @@ def test_records_out_of_turn_are_forgery(tmp_path):
         assert found.forgery, name
         assert set(found.scores.values()) == {0.0}, name
         assert all(reason in found.flags for reason in found.forgery), name
+
+
+def test_a_run_the_runner_could_not_judge_is_flagged_for_a_person_not_zeroed_as_forgery(tmp_path):
+    """Not quiet after the cells twice: the checks did not run (no observation, no points for them), and a
+    person is told why; nothing is forgery, so answers observed before it keep their points."""
+    nb, sub = engine.run(*start(submit(tmp_path, "ada", reference_answers()), "ada"), STEPS_HERE[:2])
+    honest = records_here(nb, sub)
+    cells = [r for r in honest if r["type"] == "cell"]
+    seen = [r for r in honest if r["type"] == "observation"]
+    reason = "the checks after this one could not be run: the process was not quiet after a check (1 threads ...)"
+    first_cases = len(next(iter(engine.cases_of(nb, sub.checks, ASSIGNMENT).values())))  # every case of the first test
+    records = cells + seen[:first_cases] + [{"type": "flag", "reason": reason}, {"type": "done"}]
+    engine.apply_records(nb, sub, records)
+    nb, sub = engine.judge(nb, sub)
+    assert sub.forgery == [] and reason in sub.flags
+    first = next(iter(sub.report))
+    assert sub.scores[first] == 1.0 and set(list(sub.scores.values())[1:]) == {0.0}
 
 
 def test_a_run_without_observations_scores_zero(tmp_path):

@@ -111,29 +111,51 @@ def test_trainer_parameters_read_from_source_match_the_signature():
     assert "devices" in expected and not {"gpus", "tpu_cores", "auto_select_gpus"} & set(expected)
 
 
-def test_hidden_expected_mape_matches_darts():
+def test_hidden_reference_mape_matches_darts():
+    """The grader's reference_mape equals darts' mape(..., zero_division="raise") on every hidden case's
+    draws (month starts and ends, float32, tiny and negative actual values, zeros), over a few seeds."""
+    import random
+
     import numpy as np
     import pandas as pd
     from darts import TimeSeries
     from darts.metrics import mape
 
-    from gpucourse.checks.lesson09 import mape_inputs
-
     spec = importlib.util.spec_from_file_location("hidden09", ROOT / "autograders/checks/lesson09_darts_forecasting.py")
     hidden = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(hidden)
 
-    def series(start, values):
-        index = pd.date_range(pd.Timestamp("2000-01-01") + pd.DateOffset(months=start), periods=len(values), freq="MS")
-        return TimeSeries.from_times_and_values(index, np.asarray(values, dtype=np.float64))
+    def series(start, values, freq, dtype):
+        first = pd.Timestamp("2000-01-01" if freq == "MS" else "2000-01-31") + pd.DateOffset(months=start)
+        index = pd.date_range(first, periods=len(values), freq=freq)
+        return TimeSeries.from_times_and_values(index, np.asarray(values, dtype=dtype))
 
-    cases = mape_inputs(3, 20) + mape_inputs(4, 10, negatives=True) + hidden.with_zeros()
+    cases = [c for seed in range(3) for case in hidden.HIDDEN["mape"] for c in case.inputs(random.Random(seed))]
     assert any(c["forecast_start"] < 0 for c in cases) and any(c["forecast_start"] > 0 for c in cases)
+    assert {c["freq"] for c in cases} == {"MS", "ME"} and {c["dtype"] for c in cases} == {"float64", "float32"}
+    raised = 0
     for case in cases:
-        actual, forecast = series(case["actual_start"], case["actual"]), series(case["forecast_start"], case["forecast"])
-        want = hidden.expected_mape(case)
+        actual = series(case["actual_start"], case["actual"], case["freq"], case["dtype"])
+        forecast = series(case["forecast_start"], case["forecast"], case["freq"], case["dtype"])
+        want = hidden.reference_mape(case)
         if want == "ValueError":
+            raised += 1
             with pytest.raises(ValueError):
                 mape(actual, forecast, zero_division="raise")
         else:
-            assert float(mape(actual, forecast, zero_division="raise")) == pytest.approx(want, rel=1e-9)
+            assert float(mape(actual, forecast, zero_division="raise")) == pytest.approx(want, rel=1e-5)
+    assert raised >= 8
+
+
+def test_public_stored_values_agree_with_the_graders_references():
+    """The public cases' stored results are what the hidden references give; the public module has none."""
+    from gpucourse.checks import lesson09 as L
+
+    spec = importlib.util.spec_from_file_location("hidden09_ref", ROOT / "autograders/checks/lesson09_darts_forecasting.py")
+    hidden = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(hidden)
+    got = [hidden.reference_mape(case) for case in L.PUBLIC_MAPE_CASES]
+    assert got[2] == L.PUBLIC_MAPE_EXPECTED[2] and got[:2] == pytest.approx(L.PUBLIC_MAPE_EXPECTED[:2], rel=1e-12)
+    assert [hidden.reference_modern_trainer_kwargs(d) for d in L.PUBLIC_TRAINER_INPUTS] == L.PUBLIC_TRAINER_EXPECTED
+    for name in ("mape_inputs", "trainer_inputs", "expected_mape", "expected_trainer_kwargs"):
+        assert not hasattr(L, name), f"the public module still holds {name}"

@@ -9,6 +9,7 @@ import torch
 from torch import nn
 
 from conftest import ROOT
+from gpucourse import checks
 from gpucourse import memory as M
 from gpucourse.checks import lesson12 as L
 
@@ -30,44 +31,88 @@ def test_storage_bytes_counts_each_storage_once():
     assert M.storage_bytes([a, b, a[3:]]) == 4020             # meta storages: sizes without memory
 
 
-@pytest.mark.parametrize("kinds", [{}, {"tied": True}, {"frozen": True}, {"tied": True, "frozen": True}])
-def test_one_measured_step_equals_the_memory_model_in_every_recipe(kinds):
-    """The hidden checks' arithmetic agrees with the storages of a real Adam step, for every generated model."""
+@pytest.mark.parametrize("draw", ["draw_generated", "draw_tied", "draw_frozen"])
+def test_one_measured_step_equals_the_reference_in_every_recipe(draw):
+    """The grader's reference (the text's arithmetic) agrees with the storages of a real Adam step, for the
+    models the hidden cases draw (those with something to train)."""
+    import random
+
     hidden = _hidden()
-    for spec in L.model_specs(99, 4, **kinds):
-        P, P_t, T_t = L.counts(spec)
-        for recipe in L.RECIPES:
-            assert L.measure_recipe(spec, recipe) == hidden.expected_bytes(P, P_t, T_t, recipe), (spec, recipe)
+    for seed in range(3):
+        for c in hidden.__dict__[draw](random.Random(seed)):
+            model = L.build_model(c["spec"], device="meta")
+            if not any(p.requires_grad for p in model.parameters()):
+                continue
+            recipe = c["args"][0] if c["args"] else dict(c["kwargs"]["__dict__"])["recipe"]
+            assert hidden.measure_recipe(c["spec"], recipe) == hidden.reference_training_bytes(model, recipe), (c, recipe)
 
 
 def test_tied_and_frozen_specs_build_what_they_say():
+    hidden = _hidden()
     tied = L.build_model({"widths": [6, 4, 6, 9], "tied": True})
     assert tied.layers[-1].weight is tied.embed.weight
     assert len(list(tied.parameters())) == len(list(tied.named_parameters(remove_duplicate=False))) - 1
     frozen = L.build_model({"widths": [5, 3, 2], "frozen": True})
     assert [p.requires_grad for p in frozen.parameters()] == [False, False, True, True]
-    assert L.counts({"widths": [5, 3, 2], "frozen": True}) == (5 * 3 + 3 + 3 * 2 + 2, 3 * 2 + 2, 2)
+    assert hidden.counts(L.build_model({"widths": [5, 3, 2], "frozen": True}, "meta")) == (5 * 3 + 3 + 3 * 2 + 2, 3 * 2 + 2, 2)
+    assert hidden.counts(L.build_model({"widths": [5, 3, 2], "frozen": "all"}, "meta")) == (26, 0, 0)
+    assert hidden.counts(L.build_model({"widths": [3]}, "meta")) == (0, 0, 0)
+    assert hidden.counts(L.build_model({"widths": [3], "scalar": True}, "meta")) == (1, 1, 1)
+    norm = L.build_model({"widths": [4, 5, 2], "batchnorm": True})
+    assert hidden.counts(norm)[0] == 4 * 5 + 5 + 5 * 2 + 2 + 2 * 5 and len(list(norm.buffers())) == 3
 
 
-def test_sharding_judge_accepts_the_arithmetic_and_rejects_floor_division():
+def test_the_reference_pads_as_zero_pads_and_reads_the_arguments_as_the_text():
     hidden = _hidden()
-    cases = L.sharding_cases(1205, 24)
-    assert {c["stage"] for c in cases} == {0, 1, 2, 3} and any(c["world_size"] == 1 for c in cases)
+    ref = hidden.reference_training_bytes
+    model = L.build_model(L.PUBLIC_MODEL, "meta")
+    for (recipe, stage, world), want in L.TRAINING_PUBLIC.items():  # the public table is the reference's
+        assert ref(model, recipe, stage, world) == want
+    big = L.build_model({"widths": [10, 10], "frozen": "first"}, "meta")  # frozen: nothing trainable
+    assert ref(big, "bf16", 3, 7) == {"params": 2 * 16, "grads": 0, "optimizer": 0}
+    one = L.build_model({"widths": [1, 1]}, "meta")  # 2 elements on 1000 ranks: one each, padded
+    assert ref(one, "fp32", 3, 1000) == {"params": 4, "grads": 4, "optimizer": 8 + 8}
+    for bad in [("fp16", 0, 1), ("FP32", 0, 1), ("fp32", 4, 1), ("fp32", 1.5, 1), ("fp32", "1", 1), ("fp32", None, 1),
+                ("fp32", 0, 0), ("fp32", 0, 2.0), ("fp32", 0, True), ("fp32", 0, "2"), (None, 0, 1)]:
+        with pytest.raises(ValueError):
+            ref(model, *bad)
 
-    def answers(shard):
-        out = []
-        for c in cases:
-            P, P_t, T_t = L.counts(c["spec"])
-            w = 2 if c["recipe"] == "bf16" else 4
-            s = 12 if c["recipe"] == "bf16" else 8
-            out.append(L.describe_bytes({"params": w * shard(P, c["stage"] >= 3, c["world_size"]),
-                                         "grads": w * shard(P_t, c["stage"] >= 2, c["world_size"]),
-                                         "optimizer": s * shard(P_t, c["stage"] >= 1, c["world_size"]) + 4 * T_t}))
-        return out
 
-    assert hidden.judge_zero(answers(lambda n, on, N: -(-n // N) if on else n)) is None
-    assert "expected" in hidden.judge_zero(answers(lambda n, on, N: n // N if on else n))
-    assert "expected 24 answers" in hidden.judge_zero([])
+def test_training_bytes_judges_accept_either_reading_and_reject_floor_division():
+    import random
+
+    hidden = _hidden()
+    judge = hidden.judge_training_bytes("x")
+    for draw in (hidden.draw_zero, hidden.draw_bad_arguments, hidden.draw_generated):
+        calls = draw(random.Random(5))
+        right = checks.run_case(checks.Case("x", hidden.observe_training_bytes_calls, judge, draw=lambda rng: calls),
+                                {"training_bytes": ref_answer(hidden)}, random.Random(0))
+        assert right is None, right
+    floor = [c for c in hidden.draw_zero(random.Random(5))]
+
+    def floor_answer(model, recipe, stage=0, world_size=1):
+        out = hidden.reference_training_bytes(model, recipe, stage, world_size)
+        P, P_t, T_t = hidden.counts(model)
+        return {**out, "optimizer": (12 if recipe == "bf16" else 8) * (P_t // world_size if stage else P_t) + 4 * T_t}
+
+    found = checks.run_case(checks.Case("x", hidden.observe_training_bytes_calls, judge, draw=lambda rng: floor),
+                            {"training_bytes": floor_answer}, random.Random(0))
+    assert "'optimizer' is" in found and "not what the text's rule gives" in found
+    assert "outcomes for" in judge([], floor)
+    strict = [c for c in hidden.draw_bad_arguments(random.Random(1)) if "also" in c]
+    assert len(strict) == 6  # stage True, False, NumPy 2, 2.0; world_size True, NumPy 3: either reading passes
+
+    def rejects_bools(model, recipe, stage=0, world_size=1):
+        if isinstance(stage, bool) or type(stage) is not int:
+            raise ValueError("stage")
+        return hidden.reference_training_bytes(model, recipe, stage, int(world_size))
+
+    assert checks.run_case(checks.Case("x", hidden.observe_training_bytes_calls, judge, draw=lambda rng: strict),
+                           {"training_bytes": rejects_bools}, random.Random(0)) is None
+
+
+def ref_answer(hidden):
+    return lambda model, recipe, stage=0, world_size=1: hidden.reference_training_bytes(model, recipe, stage, world_size)
 
 
 def test_master_weight_adam_keeps_float32_masters_and_frees_their_gradients():
@@ -115,54 +160,60 @@ def test_saved_tensors_counts_storages_once_and_leaves_parameters_out():
 
 
 def test_checkpointed_plans_save_less_and_one_segment_is_the_plain_forward():
-    blocks, x = L.build_plan_inputs({"widths": [16] * 7, "batch": 4, "norm": True, "seed": 2})
-    plan_bytes = L.saved_bytes_per_plan(blocks, x)
+    hidden = _hidden()
+    spec = {"widths": [16] * 7, "batch": 4, "norm": True, "seed": 2}
+    blocks, x = L.build_plan_inputs(spec)
+    plan_bytes = hidden.reference_plan_bytes(spec)
     with M.SavedTensors(exclude=blocks.parameters()) as plain:
         blocks(x)
     assert plan_bytes[0] == plain.bytes
     assert min(plan_bytes[1:]) < plan_bytes[0]
     # a ReLU stack saves each block's output anyway: one block per segment saves what the plain forward does
-    relu, xr = L.build_plan_inputs({"widths": [8] * 5, "batch": 2, "act": "relu"})
-    relu_bytes = L.saved_bytes_per_plan(relu, xr)
+    relu_bytes = hidden.reference_plan_bytes({"widths": [8] * 5, "batch": 2, "act": "relu"})
     assert relu_bytes[-1] == relu_bytes[0]
+    # the public table is what the reference measures
+    assert hidden.reference_plan_bytes(L.PUBLIC_STACK) == L.PUBLIC_PLAN_BYTES
+    assert [hidden.reference_choice(L.PUBLIC_PLAN_BYTES, b) for b, _ in L.PLANS_PUBLIC] == [k for _, k in L.PLANS_PUBLIC]
 
 
 def test_budgets_and_the_rule():
-    assert L.expected_plan([100, 60, 50, 70], 55) == 3
-    assert L.expected_plan([100, 60, 50, 70], 60) == 3             # 2 and 3 recompute 2 blocks each: fewer bytes
-    assert L.expected_plan([100, 60, 60, 70], 60) == 2             # equal cost, equal bytes: fewer segments
-    assert L.expected_plan([100, 60, 60, 40, 50, 30], 60) == 4     # 6 blocks: 2 and 4 segments recompute 3, 4 saves less
-    assert L.expected_plan([100, 60, 50, 70], 49) is None
-    assert L.expected_plan([100, 60, 50, 70], 100) == 1
-    spec = {"pick": 1, "slack": 0}
-    assert L.budget_for(spec, [100, 60, 50, 60]) == 60
-    assert L.budget_for({"pick": "none", "slack": 7}, [100, 60]) == 52
-    # the deep ("bulge") stacks: in most of them, the fewest segments that fit is not the rule's plan
-    splits = 0
-    for spec in L.stack_specs(1213, 6, bulge=True):
-        blocks, x = L.build_plan_inputs(spec)
-        plan_bytes = L.saved_bytes_per_plan(blocks, x)
-        budget = L.budget_for(spec, plan_bytes)
-        fewest = min(k for k in range(1, len(blocks) + 1) if plan_bytes[k - 1] <= budget)
-        splits += fewest != L.expected_plan(plan_bytes, budget)
-    assert splits >= 3
+    hidden = _hidden()
+    choice = hidden.reference_choice
+    assert choice([100, 60, 50, 70], 55) == 3
+    assert choice([100, 60, 50, 70], 60) == 3             # 2 and 3 recompute 2 blocks each: fewer bytes
+    assert choice([100, 60, 60, 70], 60) == 2             # equal cost, equal bytes: fewer segments
+    assert choice([100, 60, 60, 40, 50, 30], 60) == 4     # 6 blocks: 2 and 4 segments recompute 3, 4 saves less
+    assert choice([100, 60, 50, 70], 49) is None
+    assert choice([100, 60, 50, 70], 100) == 1
+    assert choice([100, 60, 50, 70], 2 ** 60) == 1 and choice([100, 60, 50, 70], 60.5) == 3
+    import random
+
+    for seed in range(3):  # the deep draw holds budgets where the fewest segments lose, and ties bytes decide
+        stacks = hidden.draw_deep(random.Random(seed))
+        decided = []
+        for stack in stacks:
+            plan_bytes = hidden.reference_plan_bytes(stack["spec"])
+            decided += [(hidden.reference_choice(plan_bytes, b), hidden.fewest_fitting(plan_bytes, b),
+                         hidden._by_cost_then_segments(plan_bytes, b)) for b in stack["budgets"]]
+        assert any(rule != fewest for rule, fewest, _ in decided)
+        assert any(rule != by_segments for rule, _, by_segments in decided)
 
 
-def test_judge_plans_rebuilds_and_rejects():
-    specs = L.PUBLIC_STACKS
-    right = []
-    for spec in specs:
-        blocks, x = L.build_plan_inputs(spec)
-        want = L.expected_plan(L.saved_bytes_per_plan(blocks, x), L.budget_for(spec, L.saved_bytes_per_plan(blocks, x)))
-        right.append({"error": "ValueError"} if want is None else {"type": "int", "value": want})
-        right[-1].update(unchanged=True, no_grads=True)
-    assert L.judge_plans(right, specs) is None
-    returned_none = {"type": "NoneType", "value": None, "unchanged": True, "no_grads": True}
-    assert "raise ValueError" in L.judge_plans(right[:2] + [returned_none], specs)
-    moved = [dict(r) for r in right]
-    moved[0]["no_grads"] = False
-    assert "leave the blocks" in L.judge_plans(moved, specs)
-    assert "expected 3 answers" in L.judge_plans([], specs)
+def test_plan_judges_rebuild_and_reject():
+    hidden = _hidden()
+    stacks = [{"spec": L.PUBLIC_STACK, "budgets": [b for b, _ in L.PLANS_PUBLIC]}]
+    right = [[({"raised": ["ValueError", "Exception"]} if k is None else {"returned": k}) | {"unchanged": True, "no_grads": True}
+              for _, k in L.PLANS_PUBLIC]]
+    assert L.judge_public_plans(right) is None
+    assert hidden.judge_stack_calls("stack")(right, stacks) is None
+    returned_none = {"returned": None, "unchanged": True, "no_grads": True}
+    assert "raise ValueError" in L.judge_public_plans([right[0][:2] + [returned_none]])
+    moved = [[dict(r) for r in right[0]]]
+    moved[0][0]["no_grads"] = False
+    assert "leave the blocks" in L.judge_public_plans(moved)
+    assert "expected 3 answers" in L.judge_public_plans([])
+    as_float = [[dict(right[0][0], returned=2.0)] + right[0][1:]]
+    assert "an int, not a float" in hidden.judge_stack_calls("stack")(as_float, stacks)
 
 
 def test_figures_have_titles_and_labelled_axes_with_units():
@@ -198,11 +249,17 @@ def test_figures_have_titles_and_labelled_axes_with_units():
 
 def test_judges_fail_on_missing_or_malformed_observations():
     hidden = _hidden()
-    specs = [L.PUBLIC_MODEL]
-    assert "expected 3 predictions" in L.judge_against_measurement([], specs, L.reference_bytes)
-    assert "no answer was recorded" in L.judge_against_measurement([None, None, None], specs, L.reference_bytes)
-    assert "no answer was recorded" in L.judge_plans([None, None, None], L.PUBLIC_STACKS)
+    assert "not called on every recipe" in L.judge_public_recipes([])
+    assert "no outcome was reported" in L.judge_public_recipes([None, None, None])
     assert "expected 4 answers" in L.judge_public_zero(None)
-    assert "no answer was recorded" in L.judge_public_zero([None] * 4)
-    assert "raise ValueError" in hidden.judge_bad_arguments([None] * 6)
-    assert "no answer was recorded" in hidden.judge_zero([None] * 24)
+    assert "no outcome was reported" in L.judge_public_zero([None] * 4)
+    assert "no answer was recorded" in L.judge_public_plans([[None, None, None]])
+    calls = hidden.draw_bad_arguments(__import__("random").Random(0))
+    assert "no outcome was reported" in hidden.judge_training_bytes("x")([None] * len(calls), calls)
+
+
+def test_the_public_module_holds_no_reference():
+    """The answers' arithmetic and the plan rule live on the grader's side only."""
+    for name in ("reference_bytes", "expected_plan", "saved_bytes_per_plan", "budget_for", "counts", "measure_recipe",
+                 "expected_bytes", "model_specs", "stack_specs", "sharding_cases"):
+        assert not hasattr(L, name), name

@@ -81,11 +81,39 @@ def test_generated_traces_hold_what_their_spec_says(kinds):
         largest = max(totals, key=totals.get)
         fraction = totals[largest] / sum(totals.values())
         assert abs(fraction - share) >= 0.055, (spec, fraction)
-        stall, syncs = hidden.expected_diagnosis(spec)
+        stall, syncs = hidden.expected_for(spec)
         assert stall == (largest if fraction > share else None)
         assert syncs == sorted(spec["syncs"])
         if kinds.get("share") and stall is None and share >= 0.64:
             assert fraction > 0.5  # the case that tells a fixed 0.5 from `share`
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_the_hidden_draws_accept_the_rule_and_the_boundaries_hold(seed):
+    """Every drawn trace judged with the grader's reference accepts an answer written here; the boundaries say
+    what the text says (exactly `share` is no stall, a total of 0 has none, both ends of a range are in it)."""
+    import random
+
+    hidden = _hidden()
+
+    def right(events, phases, share=0.5):
+        stall, syncs = hidden.reference_diagnose(events, phases, share)
+        return {"stall": stall, "syncs": syncs}
+
+    for case in hidden.HIDDEN["diagnose"][:-1]:  # the last one profiles a real loop: the fixtures run it
+        specs = case.draw(random.Random(seed))
+        assert case.judge(L.observe_diagnoses({"diagnose": right}, specs), specs) is None, case.name
+    edges = {s["label"]: hidden.expected_for(s) for s in hidden.draw_edges(random.Random(seed))}
+    assert edges["a phase at exactly share=0.5"] == (None, [])
+    assert edges["two phases at half each"] == (None, [])
+    assert edges["phases that never ran: a total of 0"] == (None, [])
+    assert edges["a phase with all the time beside one with none"] == ("data", [])
+    assert edges["a label that is not a phase takes most of the step: not in the total"] == ("backward", [])
+    syncs = {s["label"]: hidden.expected_for(s) for s in hidden.draw_sync_edges(random.Random(seed))}
+    assert syncs["sync ops at a range's first and last microsecond"][1] == ["model", "update"]
+    assert syncs["a sync op at an end of a range of no duration"][1] == ["zero"]
+    assert syncs["a sync op in a label that is not a phase"][1] == []
+    assert hidden.expected_for(hidden.draw_gpu(random.Random(seed))[0])[0] == "a"
 
 
 def test_quiet_kineto_only_where_cuda_is_unavailable(monkeypatch):

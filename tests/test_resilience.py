@@ -117,37 +117,76 @@ def _right(root):
     return max(found)[1] if found else None
 
 
-def test_layout_judge_accepts_the_rule_and_names_each_mistake():
-    assert L.judge_latest_checkpoints(L.observe_latest_checkpoints({"latest_complete_checkpoint": _right})) is None
+def _hidden():
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[1] / "autograders" / "checks" / "lesson16_checkpoints.py"
+    spec = importlib.util.spec_from_file_location("hidden_lesson16", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_public_layout_judge_accepts_the_rule_and_names_each_mistake():
+    assert L.judge_public_layouts(L.observe_public_layouts({"latest_complete_checkpoint": _right})) is None
     as_text = lambda root: max((p for p in Path(root).glob("step_*") if (p / ".metadata").exists()),
                                key=lambda p: p.name, default=None)
-    verdict = L.judge_latest_checkpoints(L.observe_latest_checkpoints({"latest_complete_checkpoint": as_text}))
+    verdict = L.judge_public_layouts(L.observe_public_layouts({"latest_complete_checkpoint": as_text}))
     assert "step_9" in verdict and "compare N as numbers" in verdict
     relative = lambda root: "step_10"  # a bare name is not the folder's path
-    verdict = L.judge_latest_checkpoints(L.observe_latest_checkpoints({"latest_complete_checkpoint": relative}))
-    assert "not a folder directly under the root" in verdict
+    verdict = L.judge_public_layouts(L.observe_public_layouts({"latest_complete_checkpoint": relative}))
+    assert "not a folder under the root" in verdict
 
 
-@pytest.mark.parametrize("seed", range(30))
-def test_generated_layouts_separate_the_rule_from_its_mistakes(seed):
-    layout = L.generated_layout(seed)
-    want = L.expected_checkpoint(layout)
-    dirs = [e for e in layout if e[1] == "dir" and L.STEP_NAME.fullmatch(e[0])]
-    assert want and want != max(e[0] for e in dirs if e[2])  # not the largest as text
-    assert want != max(dirs, key=lambda e: int(e[0][5:]))[0]  # not the largest incomplete
-    assert want != min((e[3], e[0]) for e in dirs if e[2])[1]  # not the most recently modified
-    with tempfile.TemporaryDirectory() as root:
-        L.build_layout(root, layout)
-        assert Path(_right(root)).name == want
+def test_the_public_module_holds_no_reference():
+    for name in ("expected_checkpoint", "expected_interval", "STEP_NAME", "generated_layout", "interval_grid"):
+        assert not hasattr(L, name), name
 
 
-def test_interval_judge_recomputes_young():
-    assert L.expected_interval(60, 86400, 2.0) == 1610
-    assert L.expected_interval(0.5, 100, 60) == 1
-    good = lambda c, m, s: max(1, math.floor(math.sqrt(2 * c * m) / s + 0.5))
-    assert L.judge_intervals(L.observe_intervals({"checkpoint_every": good})) is None
-    for grid_row in L.interval_grid(3):
-        ratio = math.sqrt(2 * grid_row[0] * grid_row[1]) / grid_row[2]
-        assert abs(ratio - math.floor(ratio) - 0.5) > 1e-3
+@pytest.mark.parametrize("seed", range(8))
+def test_hidden_layout_draws_separate_the_rule_from_its_mistakes(seed):
+    import random
+
+    hidden = _hidden()
+    for case in hidden.HIDDEN["latest_complete_checkpoint"]:
+        layouts = case.draw(random.Random(seed))
+        assert hidden.judge_layouts(L.observe_layouts({"latest_complete_checkpoint": _right}, layouts), layouts) is None
+    # the largest as text, the most recently modified, int() of what follows step_: each caught by the generated draws
+    generated = hidden.HIDDEN["latest_complete_checkpoint"][0].draw(random.Random(seed))
+    as_text = lambda root: max((p for p in Path(root).glob("step_*") if p.name[5:].isdigit() and (p / ".metadata").exists()),
+                               key=lambda p: p.name, default=None)
+    assert "compared as numbers" in hidden.judge_layouts(L.observe_layouts({"latest_complete_checkpoint": as_text}, generated),
+                                                         generated)
+
+
+def test_leading_zeros_count_and_ties_accept_either_folder():
+    hidden = _hidden()
+    layout = {"entries": [["step_7", "dir", True, 5], ["step_007", "dir", True, 6], ["step_3", "dir", True, 1]],
+              "root": "path", "missing": False}
+    assert hidden.reference_latest(layout) == {"step_7", "step_007"}
+    layout = {"entries": [["step_007", "dir", True, 5], ["step_-9", "dir", True, 1], ["old/step_99", "dir", True, 1]],
+              "root": "str", "missing": False}
+    assert hidden.reference_latest(layout) == {"step_007"}
+    assert hidden.reference_latest({"entries": [["step_-1", "dir", True, 1]], "root": "str", "missing": False}) == {None}
+
+
+def test_interval_reference_is_young_and_the_draws_stay_off_halves():
+    import random
+
+    hidden = _hidden()
+    assert hidden.reference_checkpoint_every(60, 86400, 2.0) == 1610
+    assert hidden.reference_checkpoint_every(0.5, 100, 60) == 1
+    assert hidden.reference_checkpoint_every(2**60 + 1, 2**62 + 3, 2**55 + 5) in (90, 91)
+    with pytest.raises(ValueError):
+        hidden.reference_checkpoint_every(-0.0, 1, 1)
+    good = lambda c, m, s: max(1, math.floor(math.sqrt(2 * c * m) / s + 0.5)) if all(
+        math.isfinite(v) and v > 0 for v in (c, m, s)) else (_ for _ in ()).throw(ValueError("bad"))
+    from gpucourse.checks import observe_calls
+
+    for seed in range(5):
+        for case in hidden.HIDDEN["checkpoint_every"]:
+            calls = case.draw(random.Random(seed))
+            assert hidden.judge_intervals(observe_calls({"checkpoint_every": good}, "checkpoint_every", calls), calls) is None
+    assert L.judge_public_intervals(L.observe_public_intervals({"checkpoint_every": good})) is None
     floor = lambda c, m, s: max(1, int(math.sqrt(2 * c * m) / s))
-    assert "1609" in L.judge_intervals(L.observe_intervals({"checkpoint_every": floor}))
+    assert "the nearest whole number" in L.judge_public_intervals(L.observe_public_intervals({"checkpoint_every": floor}))

@@ -10,6 +10,8 @@ import math
 import pytest
 import torch
 
+from gpucourse import checks
+
 from gpucourse import sharding as H
 from gpucourse.checks import lesson13 as L
 
@@ -126,25 +128,44 @@ def _record(inputs, world, weights_of_rank, state_bytes=0):
         for i, run in enumerate(inputs["runs"])]} for r in range(world)}}
 
 
+def _hidden():
+    from autograders import engine
+
+    return engine.load_checks("lesson13_sharded_data_parallel")
+
+
 def test_judges_recompute_ddp_adam_and_catch_each_mistake():
-    inputs = L.generated_inputs(5, 3)
-    truth = [L.expected_weights(inputs, run, 3) for run in inputs["runs"]]
+    import random
+
+    hidden = _hidden()
+    drawn = hidden.draw_three_ranks(random.Random(5))
+    inputs = drawn["launch"]
+    truth = [hidden.reference_weights(inputs, run, 3) for run in inputs["runs"]]
     good = _record(inputs, 3, lambda r, i: truth[i])
-    assert L.judge_weights(good, inputs=inputs, world_size=3) is None
-    assert L.judge_state(good, inputs=inputs, world_size=3) is None
+    assert hidden.judge_drawn_launch(good, drawn) is None
     diverged = _record(inputs, 3, lambda r, i: [[w + r * 1e-3 for w in step] for step in truth[i]])
-    assert "different weights" in L.judge_weights(diverged, inputs=inputs, world_size=3)
+    assert "different weights" in hidden.judge_drawn_launch(diverged, drawn)
     off = _record(inputs, 3, lambda r, i: [[w + 1e-6 for w in step] for step in truth[i]])
-    assert "differ from DDP + Adam's" in L.judge_weights(off, inputs=inputs, world_size=3)
+    assert "differ from DDP + Adam's" in hidden.judge_drawn_launch(off, drawn)
     nan = _record(inputs, 3, lambda r, i: [[math.nan for w in step] for step in truth[i]])
-    assert L.judge_weights(nan, inputs=inputs, world_size=3) is not None
-    full = _record(inputs, 3, lambda r, i: truth[i], state_bytes=2 * 8 * L.parameter_count(inputs["runs"][0]["widths"]))
-    assert "optimizer state" in L.judge_state(full, inputs=inputs, world_size=3)
-    assert "did not finish" in L.judge_weights({**good, "returncode": 1}, inputs=inputs, world_size=3)
-    assert "expected reports" in L.judge_weights(good, inputs=inputs, world_size=2)  # 3 reports for 2 ranks
+    assert hidden.judge_drawn_launch(nan, drawn) is not None
+    full = _record(inputs, 3, lambda r, i: truth[i], state_bytes=2 * 8 * L.parameter_count(inputs["runs"][0]["widths"]) + 10 ** 6)
+    assert "optimizer state" in hidden.judge_drawn_launch(full, drawn)
+    assert "did not finish" in hidden.judge_drawn_launch({**good, "returncode": 1}, drawn)
+    assert "expected reports" in hidden.judge_drawn_launch(good, {**drawn, "world_size": 2})  # 3 reports for 2 ranks
+    # the public launch: stored sums, no way to compute them in the public module
+    public = L.SHARDED_INPUTS
+    weights = hidden.reference_weights(None, public["runs"][0], 2)
+    record = _record(public, 2, lambda r, i: weights)
+    assert L.judge_weights(record) is None and L.judge_state(record) is None
+    nudged = _record(public, 2, lambda r, i: [step[:-1] + [step[-1] + 1e-7] for step in weights])
+    assert "layer 2's bias differ from DDP + Adam's" in L.judge_weights(nudged)
+    assert "public 2-process launch already failed" in hidden.judge_drawn_launch({**nudged, "public_only": True}, drawn)
+    assert "did not run" in hidden.judge_drawn_launch({**record, "public_only": True}, drawn)
 
 
-def test_expected_weights_are_the_mean_gradient_adam_step():
+def test_reference_weights_are_the_mean_gradient_adam_step():
+    hidden = _hidden()
     inputs = {**L.SHARDED_INPUTS, "steps": 1}
     run = inputs["runs"][0]
     model = L.build_model(run["widths"], inputs["seed"])
@@ -160,17 +181,29 @@ def test_expected_weights_are_the_mean_gradient_adam_step():
         g = (g0 + g1) / 2
         m, v = (1 - b1) * g / (1 - b1), (1 - b2) * g * g / (1 - b2)
         expected += (p.detach() - inputs["lr"] * m / (v.sqrt() + inputs["eps"])).reshape(-1).tolist()
-    got = L.expected_weights(inputs, run, 2)[0]
+    got = hidden.reference_weights(inputs, run, 2)[0]
     assert max(abs(a - b) for a, b in zip(got, expected)) < 1e-12
+    # the stored public sums are the reference's
+    full = hidden.reference_weights(None, run, 2)
+    assert [L.tensor_sums(step, run["widths"]) for step in full] == L.SHARDED_PUBLIC_SUMS
 
 
-def test_generated_inputs_cover_every_remainder_and_repeat():
-    for world in (2, 3, 4):
-        inputs = L.generated_inputs(11, world)
-        remainders = {L.parameter_count(r["widths"]) % world for r in inputs["runs"]}
-        assert remainders == set(range(1, world)) and len(inputs["runs"]) >= 2
-        assert json.dumps(inputs) == json.dumps(L.generated_inputs(11, world))
+def test_drawn_launches_cover_every_remainder_fewer_parameters_and_every_way_to_build():
+    import random
+
+    hidden = _hidden()
+    for seed in range(5):
+        two, three = hidden.draw_two_ranks(random.Random(seed)), hidden.draw_three_ranks(random.Random(seed))
+        assert two["world_size"] == 2 and three["world_size"] == 3
+        assert {L.parameter_count(r["widths"]) % 2 for r in two["launch"]["runs"]} == {0, 1}
+        counts = [L.parameter_count(r["widths"]) for r in three["launch"]["runs"]]
+        assert {c % 3 for c in counts} == {0, 1, 2} and min(counts) < 3
+        for drawn in (two, three):
+            hows = {r["call"] for r in drawn["launch"]["runs"]}
+            assert {"keywords", "positional"} <= hows and hows & {"defaults", "lr_only"}
+        assert json.dumps(three) == json.dumps(hidden.draw_three_ranks(random.Random(seed)))
     assert L.parameter_count(L.SHARDED_INPUTS["runs"][0]["widths"]) == 1082
+    assert not hasattr(L, "expected_weights") and not hasattr(L, "generated_inputs")
 
 
 def test_kept_tensor_bytes_sees_attributes_closures_and_globals_but_not_parameters():
@@ -209,17 +242,29 @@ def test_reference_answer_passes_the_public_launch():
         assert rank["runs"][0]["state_bytes"] <= 2 * 541 * 8 + 64
 
 
-def test_shard_range_judge_states_the_padding_rule_and_the_type():
-    rows = lambda got: {"results": [[n, r, w, got(n, r, w)] for n, w in L.SHARD_PUBLIC for r in range(w)]}
-    assert L.judge_shard_ranges(rows(L.expected_shard)) is None
-    assert L.expected_shard(10, 3, 4) == [9, 10] and L.expected_shard(2, 4, 5) == [2, 2] and L.expected_shard(0, 0, 3) == [0, 0]
-    floor = L.judge_shard_ranges(rows(lambda n, r, w: [r * (n // w), (r + 1) * (n // w)]))
-    assert "shard_range(10, 0, 4) returned (0, 2)" in floor and "(0, 3)" in floor
-    assert "tuple of two ints" in L.judge_shard_ranges(rows(lambda n, r, w: f"a list {L.expected_shard(n, r, w)}"))
-    assert "raised ValueError" in L.judge_shard_ranges(rows(lambda n, r, w: "raised ValueError"))
-    changed = rows(L.expected_shard)
-    changed["results"][0][0] = 11
-    assert "changed" in L.judge_shard_ranges(changed)
+def test_shard_range_judges_state_the_padding_rule_and_the_type():
+    """The public judge holds stored ranges; the hidden ones call the grader's reference on drawn calls."""
+    import random
+
+    from autograders import engine
+
+    hidden = engine.load_checks("lesson13_sharded_data_parallel")
+    reference = hidden.reference_shard_range
+    assert reference(10, 3, 4) == (9, 10) and reference(2, 4, 5) == (2, 2) and reference(0, 0, 3) == (0, 0)
+    assert all(list(map(lambda r: reference(n, r, w), range(w))) == stored for (n, w), stored in L.SHARD_PUBLIC.items())
+
+    def verdicts(function):
+        ns = {"shard_range": function}
+        return [checks.run_case(case, ns, random.Random(3)) for case in checks.public_cases("shard_range") + hidden.HIDDEN["shard_range"]]
+
+    assert verdicts(reference) == [None] * 4
+    floor = verdicts(lambda n, r, w: (r * (n // w), (r + 1) * (n // w)))
+    assert "shard_range(10, 0, 4) returned a wrong range" in floor[0] and "(0, 3)" in floor[0]
+    assert "tuple of two ints" in verdicts(lambda n, r, w: list(reference(n, r, w)))[0]
+    loose = verdicts(lambda n, r, w: reference(n, r, w) if 0 <= r < w else (n, n))  # no ValueError for a bad rank
+    assert loose[:3] == [None, None, None] and "it must raise ValueError" in loose[3]
+    floats = verdicts(lambda n, r, w: tuple(float(v) for v in reference(n, r, w)))
+    assert "returned a tuple" not in floats[1] and "wrong value" in floats[1]
 
 
 def test_the_judges_model_does_not_depend_on_the_global_generator():

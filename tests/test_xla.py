@@ -141,3 +141,20 @@ def test_tpu_topology_figure_counts_cores_chips_and_hosts():
     one = X.draw_tpu_topology(hosts=1, chips_per_host=1, cores_per_chip=1, name="e.g. a v5e-1")
     assert "1 host × 1 chip = 1 chip, 1 TensorCore" in one.axes[1].get_title()
     plt.close(one)
+
+
+def test_public_stored_values_agree_with_the_graders_reference():
+    """The public case's stored means are the hidden reference's; the public module computes none itself."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent.parent / "autograders" / "checks" / "lesson08_tpus_xla.py"
+    spec = importlib.util.spec_from_file_location("lesson08_hidden_reference", path)
+    hidden = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(hidden)
+    assert hidden.reference_log_losses(lesson08.PUBLIC_LOSSES, 3) == lesson08.PUBLIC_MEANS
+    assert hidden.reference_log_losses([], 4) == [] and hidden.reference_log_losses([1.0, 3.0], 2 ** 53 + 1) == [2.0]
+    padded, mask = hidden.reference_pad_to_bucket([torch.tensor([5, 6, 7]), torch.tensor([1])], (4, 8))
+    assert padded.tolist() == [[5, 6, 7, 0], [1, 0, 0, 0]] and mask.dtype == torch.bool
+    for name in ("judge_log_losses", "pad_batches", "loss_runs", "expected_pad"):
+        assert not hasattr(lesson08, name), f"the public module still holds {name}"

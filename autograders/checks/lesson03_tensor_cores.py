@@ -1,324 +1,272 @@
-"""Hidden checks for lesson 3 (Tensor Cores). Never released; see lesson01's file for the form."""
+"""Hidden checks for lesson 3 (Tensor Cores). Never released; see lesson01's file for the form.
+
+pad_mlp's cases draw their models at grading time (``draw=``): widths, the activation modules between
+the Linear layers (their settings drawn too), bias flags, the dtype, ``multiple`` and the weights' seed;
+the sandbox builds each model (``gpucourse.checks.lesson03.build_mlp``: inputs only), pads it with the
+answer and reports the padded model's widths, dtypes and output; the judges rebuild the same models
+here and compute the original model's output and the padded widths themselves. ``CLAUSES`` (at the end)
+maps every clause of the exercise's text to the cases that hold it.
+"""
 
 from gpucourse.checks import Case
-from gpucourse.checks.seeded import filled
-from gpucourse.checks.lesson03 import observe_case_answers  # same observation, exact judges
-
+from gpucourse.checks.lesson03 import build_mlp, observe_case_answers  # inputs only; same observation, exact judges
+from gpucourse.checks.seeded import global_rng
 
 # --- pad_mlp --------------------------------------------------------------------------------
-# What the exercise text, stub and answer line require:
-#  1. `pad_mlp(model, multiple=8)`: 8 when `multiple` is not given, any other multiple when it is
-#     -> "widths: ..." (the default, 3, 4, 16)
-#  2. every hidden width rounded *up* to a multiple of `multiple` -> "widths: ..." (an already aligned
-#     width is its own multiple: it stays, verdict "already aligned")
-#  3. input and output widths stay the same (a single layer has no hidden width) -> "widths: ..."
-#  4. the new model computes the same function, whatever the activations (sigmoid and softplus are
-#     not 0 at 0; LeakyReLU(0.2), ELU(0.5) carry settings) -> "the same function ..."
-#  5. Linear layers may have no bias -> "layers without a bias ..."
-#  6. the same function in the model's own dtype (float64 in the public check) -> "float32 and
-#     bfloat16 models keep their dtype"
-#  7. a *new* nn.Sequential; `model` unchanged -> "a new nn.Sequential, the original untouched"
 
-def observe_pad_widths(ns):
-    import random
-
-    from torch import nn
-    from gpucourse.checks import answer
-    from gpucourse.tensor_cores import example_mlp
-
-    rng = random.Random(3)
-    # (widths, multiple): None leaves the default; each a few layers (deep copies of modules cost)
-    specs = [([15, 9, 20, 3], None), ([64, 100, 7, 50, 10], None), ([20, 24, 9, 2], 16), ([12, 10, 5, 6], 4),
-             ([7, 11, 1, 4], 3), ([8, 16, 8], None), ([5, 32, 48, 4], 16), ([7, 3], None)]
-    specs += [([rng.randint(1, 40) for _ in range(rng.randint(3, 5))], rng.choice([None, 4, 8, 16])) for _ in range(2)]
-    result = []
-    for widths, multiple in specs:
-        model = example_mlp(widths, rng.choice([nn.ReLU, nn.Tanh, nn.GELU]))
-        padded = answer(ns, "pad_mlp")(model) if multiple is None else answer(ns, "pad_mlp")(model, multiple=multiple)
-        result.append({"widths": widths, "multiple": multiple,
-                       "got": [[m.in_features, m.out_features] for m in padded.modules() if isinstance(m, nn.Linear)]})
-    return result
+MULTIPLES = [None, 1, 2, 3, 4, 5, 8, 16, 32, 64]  # None: the default (8), not given
 
 
-def pad_width_specs():
-    """observe_pad_widths' (widths, multiple) pairs, rebuilt here (the same seed)."""
-    import random
-    rng = random.Random(3)
-    specs = [([15, 9, 20, 3], None), ([64, 100, 7, 50, 10], None), ([20, 24, 9, 2], 16), ([12, 10, 5, 6], 4),
-             ([7, 11, 1, 4], 3), ([8, 16, 8], None), ([5, 32, 48, 4], 16), ([7, 3], None)]
-    specs += [([rng.randint(1, 40) for _ in range(rng.randint(3, 5))], rng.choice([None, 4, 8, 16])) for _ in range(2)]
-    return specs
+def _activation(rng, name=None):
+    """An activation module as ``[name, kwargs]``, its settings drawn (never the defaults)."""
+    name = name or rng.choice(["ReLU", "Tanh", "GELU", "Sigmoid", "SiLU", "Softsign", "Mish", "Hardsigmoid", "Identity",
+                               "Softplus", "LeakyReLU", "ELU", "CELU", "Hardtanh"])
+    settings = {
+        "Softplus": lambda: {"beta": rng.choice([0.5, 2.0, 3.0])},
+        "LeakyReLU": lambda: {"negative_slope": rng.choice([0.2, -0.3, 0.5, 1.5])},
+        "ELU": lambda: {"alpha": rng.choice([0.5, 2.0])},
+        "CELU": lambda: {"alpha": rng.choice([0.5, 3.0])},
+        "Hardtanh": lambda: {"min_val": rng.choice([-0.5, 0.25]), "max_val": rng.choice([0.75, 2.0])},
+    }
+    return [name, settings[name]() if name in settings else {}]
 
 
-def _rows(d):
-    """The observed rows, each given the widths and multiple the judge knows it was asked for; ValueError
-    when the observation does not answer exactly those."""
-    specs = pad_width_specs()
-    if len(d) != len(specs) or any([r["widths"], r["multiple"]] != [w, m] for r, (w, m) in zip(d, specs)):
-        raise ValueError("the observation does not answer the generated models")
-    return d
+def _spec(rng, widths, multiple=None, between=None, bias=None, dtype="float64", scale=1.0):
+    pairs = len(widths) - 2
+    return {"widths": widths, "multiple": multiple, "dtype": dtype, "seed": rng.randrange(2 ** 31), "batch": rng.randint(3, 12),
+            "scale": scale, "bias": bias if bias is not None else [True for _ in widths[1:]],  # biasless: its own case
+            "between": between if between is not None else [[_activation(rng)] for _ in range(max(pairs, 0))]}
 
 
-def _hidden(widths):
-    return widths[1:-1]
+def _widths(rng, low=1, high=70):
+    return [rng.randint(low, high) for _ in range(rng.randint(3, 5))]
 
 
-def _got_hidden(got):
-    return [layer[1] for layer in got[:-1]]
+def reference_padded_widths(widths, multiple):
+    """Every hidden width rounded up to a multiple of ``multiple`` (8 when not given); input and output kept."""
+    m = 8 if multiple is None else multiple
+    return [widths[0]] + [-(-w // m) * m for w in widths[1:-1]] + [widths[-1]]
 
 
-def judge_round_up(d):
-    for row in _rows(d):
-        m = row["multiple"] or 8
-        hidden, got = _hidden(row["widths"]), _got_hidden(row["got"])
-        if len(got) != len(hidden):
-            return f"widths {row['widths']}: the padded model has {len(row['got'])} Linear layers"
-        if any(w % m and (g % m or g < w or g - w >= m) for w, g in zip(hidden, got)):  # aligned ones: judge_aligned
-            called = "the default multiple" if row["multiple"] is None else f"multiple={m}"
-            return f"with {called}, hidden widths {hidden} became {got}: each must round up to the next multiple"
-    return None
+def _words(spec) -> str:
+    def one(name, kwargs):
+        return f"{name}({', '.join(f'{k}={v}' for k, v in kwargs.items())})"
+    acts = [one(*a) for between in spec["between"] for a in between]
+    return ", ".join(dict.fromkeys(acts)) or "no activation"
 
 
-def judge_aligned(d):
-    for row in _rows(d):
-        m = row["multiple"] or 8
-        hidden, got = _hidden(row["widths"]), _got_hidden(row["got"])
-        if len(got) != len(hidden):
-            return f"widths {row['widths']}: the padded model has {len(row['got'])} Linear layers"
-        for w, g in zip(hidden, got):
-            if w % m == 0 and g != w:
-                return f"a hidden width of {w} with multiple={m} is already aligned but became {g}"
-    return None
-
-
-def judge_io(d):
-    for row in _rows(d):
-        got = row["got"]
-        if not got or got[0][0] != row["widths"][0] or got[-1][1] != row["widths"][-1]:
-            return (f"widths {row['widths']}: input and output widths must stay as they are, got "
-                    f"{got[0][0] if got else None} in and {got[-1][1] if got else None} out")
-    return None
-
-
-def judge_widths(d):  # one observation, three requirements: each says which it is
-    return judge_round_up(d) or judge_aligned(d) or judge_io(d)
-
-
-def observe_pad_function(ns):
+def observe_padded(ns, specs):
     import torch
     from torch import nn
-    from gpucourse.checks import answer
-    from gpucourse.checks.seeded import filled
 
-    # the judge computes in full float32 precision; the notebook may have set "high" (TF32 or bf16 passes)
+    from gpucourse.checks import answer
+    from gpucourse.checks.lesson03 import build_mlp
+
+    # the judges compute in full float32 precision; the notebook may have set "high" (TF32 or bf16 passes)
     precision = torch.get_float32_matmul_precision()
     torch.set_float32_matmul_precision("highest")
     try:
-        g = torch.Generator().manual_seed(5)
-        torch.manual_seed(5)
-        models = {
-            "sigmoid": nn.Sequential(nn.Linear(6, 9), nn.Sigmoid(), nn.Linear(9, 13), nn.Sigmoid(), nn.Linear(13, 2)),
-            "LeakyReLU(0.2) and ELU(0.5)": nn.Sequential(nn.Linear(4, 3), nn.LeakyReLU(0.2), nn.Linear(3, 17), nn.ELU(0.5),
-                                                         nn.Linear(17, 5)),
-            "softplus(beta=2), multiple=16": nn.Sequential(nn.Linear(3, 21), nn.Softplus(beta=2.0), nn.Linear(21, 1)),
-        }
-        result = {}
-        for name, model in models.items():
-            model = filled(model.double(), 5)  # weights no other draw can change: the judge fills the same
-            padded = answer(ns, "pad_mlp")(model, **({"multiple": 16} if "16" in name else {}))
-            x = 10 * torch.randn(64, model[0].in_features, generator=g, dtype=torch.float64)
-            with torch.no_grad():  # the padded model's output: the judge computes the original's itself
-                result[name] = padded(x).double().reshape(-1).tolist()
-        return result
+        found = []
+        for spec in specs:
+            model, x = build_mlp(spec)
+            layers = list(model)
+            before = {k: v.clone() for k, v in model.state_dict().items()}
+            kwargs = {} if spec["multiple"] is None else {"multiple": spec["multiple"]}
+            padded = answer(ns, "pad_mlp")(model, **kwargs)
+            entry = {"type": f"{type(padded).__module__}.{type(padded).__qualname__}", "same_object": padded is model,
+                     "layers_kept": list(model) == layers,
+                     "values_kept": model.state_dict().keys() == before.keys()
+                     and all(torch.equal(before[k], v) for k, v in model.state_dict().items())}
+            if isinstance(padded, nn.Module):
+                entry["linears"] = [[m.in_features, m.out_features] for m in padded.modules() if isinstance(m, nn.Linear)]
+                entry["params"] = sorted({str(p.dtype).removeprefix("torch.") for p in padded.parameters()})
+                try:
+                    with torch.no_grad():
+                        out = padded(x)
+                    entry.update(out_dtype=str(out.dtype).removeprefix("torch."), shape=list(out.shape),
+                                 values=out.double().reshape(-1).tolist())
+                except Exception as error:
+                    entry["error"] = f"{type(error).__name__}: {error}"[:200]
+            found.append(entry)
+        return found
     finally:
         torch.set_float32_matmul_precision(precision)
 
 
-PAD_FUNCTION_MODELS = ["sigmoid", "LeakyReLU(0.2) and ELU(0.5)", "softplus(beta=2), multiple=16"]
-
-
-def pad_function_expected() -> dict:
-    """observe_pad_function's models and inputs, rebuilt here (the same seeds): name -> the original
-    model's output, flattened. The grader's random state is kept."""
+def _expected_output(spec):
     import torch
-    from torch import nn
-    g = torch.Generator().manual_seed(5)
-    from gpucourse.checks.seeded import global_rng  # the grader's threads share torch's generator
-    with global_rng():
-        torch.manual_seed(5)
-        models = {
-            "sigmoid": nn.Sequential(nn.Linear(6, 9), nn.Sigmoid(), nn.Linear(9, 13), nn.Sigmoid(), nn.Linear(13, 2)),
-            "LeakyReLU(0.2) and ELU(0.5)": nn.Sequential(nn.Linear(4, 3), nn.LeakyReLU(0.2), nn.Linear(3, 17), nn.ELU(0.5),
-                                                         nn.Linear(17, 5)),
-            "softplus(beta=2), multiple=16": nn.Sequential(nn.Linear(3, 21), nn.Softplus(beta=2.0), nn.Linear(21, 1)),
-        }
-    expected = {}
-    for name, model in models.items():
-        model = filled(model.double(), 5)
-        x = 10 * torch.randn(64, model[0].in_features, generator=g, dtype=torch.float64)
-        with torch.no_grad():
-            expected[name] = model(x).reshape(-1).tolist()
-    return expected
 
-
-def _max_diff(got, want) -> float:
-    if not isinstance(got, list) or len(got) != len(want):
-        return float("inf")
-    return max((abs(a - b) for a, b in zip(got, want)), default=float("inf"))
-
-
-def judge_function(d):
-    expected = pad_function_expected()
-    if sorted(d) != sorted(expected):
-        return "not every model was padded"
-    bad = [name for name, want in expected.items() if not _max_diff(d[name], want) < 1e-9]
-    return f"the padded model computes something else with {', '.join(bad)}" if bad else None
-
-
-def observe_pad_without_bias(ns):
-    import torch
-    from torch import nn
-    from gpucourse.checks import answer
-    from gpucourse.checks.seeded import filled
-
-    # the judge computes in full float32 precision; the notebook may have set "high" (TF32 or bf16 passes)
-    precision = torch.get_float32_matmul_precision()
-    torch.set_float32_matmul_precision("highest")
-    try:
-        torch.manual_seed(6)
-        models = {
-            "no bias anywhere": nn.Sequential(nn.Linear(10, 13, bias=False), nn.GELU(), nn.Linear(13, 5, bias=False)),
-            "no bias, then a bias": nn.Sequential(nn.Linear(7, 5, bias=False), nn.Sigmoid(), nn.Linear(5, 11),
-                                                  nn.Tanh(), nn.Linear(11, 3, bias=False)),
-        }
-        g = torch.Generator().manual_seed(6)
-        result = {}
-        for name, model in models.items():
-            model = filled(model.double(), 6)  # weights no other draw can change: the judge fills the same
-            padded = answer(ns, "pad_mlp")(model)
-            x = torch.randn(16, model[0].in_features, generator=g, dtype=torch.float64)
-            with torch.no_grad():
-                result[name] = {"out": padded(x).double().reshape(-1).tolist(),
-                                "widths": [m.out_features for m in padded.modules() if isinstance(m, nn.Linear)][:-1]}
-        return result
-    finally:
-        torch.set_float32_matmul_precision(precision)
-
-
-WITHOUT_BIAS_HIDDEN = {"no bias anywhere": [16], "no bias, then a bias": [8, 16]}  # 13 -> 16; 5, 11 -> 8, 16
-
-
-def without_bias_expected() -> dict:
-    """observe_pad_without_bias' models and inputs, rebuilt here: name -> the original model's output."""
-    import torch
-    from torch import nn
-    from gpucourse.checks.seeded import global_rng  # the grader's threads share torch's generator
-    with global_rng():
-        torch.manual_seed(6)
-        models = {
-            "no bias anywhere": nn.Sequential(nn.Linear(10, 13, bias=False), nn.GELU(), nn.Linear(13, 5, bias=False)),
-            "no bias, then a bias": nn.Sequential(nn.Linear(7, 5, bias=False), nn.Sigmoid(), nn.Linear(5, 11),
-                                                  nn.Tanh(), nn.Linear(11, 3, bias=False)),
-        }
-    g = torch.Generator().manual_seed(6)
-    expected = {}
-    for name, model in models.items():
-        model = filled(model.double(), 6)
-        x = torch.randn(16, model[0].in_features, generator=g, dtype=torch.float64)
-        with torch.no_grad():
-            expected[name] = model(x).reshape(-1).tolist()
-    return expected
-
-
-def judge_without_bias(d):
-    if sorted(d) != sorted(WITHOUT_BIAS_HIDDEN):
-        return "not every model was padded"
-    expected = without_bias_expected()
-    for name, r in d.items():
-        if r["widths"] != WITHOUT_BIAS_HIDDEN[name]:
-            return f"{name}: hidden widths {r['widths']} are not each rounded up to the next multiple of 8"
-        if not _max_diff(r["out"], expected[name]) < 1e-9:
-            return f"{name}: the padded model computes something else"
-    return None
-
-
-def observe_pad_dtypes(ns):
-    import torch
-    from torch import nn
-    from gpucourse.checks import answer
-    from gpucourse.checks.seeded import filled
-    from gpucourse.tensor_cores import example_mlp
-
-    # the judge computes in full float32 precision; the notebook may have set "high" (TF32 or bf16 passes)
-    precision = torch.get_float32_matmul_precision()
-    torch.set_float32_matmul_precision("highest")
-    try:
-        g = torch.Generator().manual_seed(7)
-        result = {}
-        for dtype in (torch.float32, torch.bfloat16):
-            torch.manual_seed(7)
-            model = filled(example_mlp([12, 19, 6, 3], nn.Sigmoid), 7).to(dtype)
-            padded = answer(ns, "pad_mlp")(model)
-            x = torch.randn(8, 12, generator=g).to(dtype)
-            with torch.no_grad():
-                out = padded(x)
-            result[str(dtype)] = {"params": sorted({str(p.dtype) for p in padded.parameters()}), "out": str(out.dtype),
-                                  "values": out.double().reshape(-1).tolist()}
-        return result
-    finally:
-        torch.set_float32_matmul_precision(precision)
-
-
-def dtypes_expected() -> list[float]:
-    """observe_pad_dtypes' float32 model and input, rebuilt here: the original model's output."""
-    import torch
-    from torch import nn
-    from gpucourse.tensor_cores import example_mlp
-    from gpucourse.checks.seeded import global_rng  # the grader's threads share torch's generator
-    with global_rng():
-        torch.manual_seed(7)
-        model = filled(example_mlp([12, 19, 6, 3], nn.Sigmoid), 7)
-    x = torch.randn(8, 12, generator=torch.Generator().manual_seed(7))
+    with global_rng():  # nn.Linear draws its first weights from the global generator: judges run in threads
+        model, x = build_mlp(spec)
     with torch.no_grad():
         return model(x).double().reshape(-1).tolist()
 
 
-def judge_dtypes(d):
-    if sorted(d) != ["torch.bfloat16", "torch.float32"]:
-        return "not every dtype was tried"
-    for dtype, r in d.items():
-        if r["params"] != [dtype] or r["out"] != dtype:
-            return f"a {dtype.removeprefix('torch.')} model came back with {', '.join(r['params'])} parameters"
-    if not _max_diff(d["torch.float32"]["values"], dtypes_expected()) < 1e-5:
-        return "a float32 model: the padded model computes something else"
+TOLERANCE = {"float64": 1e-9, "float32": 1e-5, "bfloat16": 2 ** -4, "float16": 2 ** -7}
+
+
+def _count(found, specs):
+    if not isinstance(found, list) or len(found) != len(specs):
+        return "not every model was padded"
+    for got in found:
+        if "linears" not in got:
+            return f"return an nn.Sequential, not a {got['type'].rpartition('.')[2]}"
     return None
 
 
-def observe_pad_new_model(ns):
-    import torch
-    from torch import nn
-    from gpucourse.checks import answer
-
-    torch.manual_seed(8)
-    model = nn.Sequential(nn.Linear(5, 6), nn.ReLU(), nn.Linear(6, 8), nn.Tanh(), nn.Linear(8, 2, bias=False))
-    layers = list(model)
-    before = {k: v.clone() for k, v in model.state_dict().items()}
-    padded = answer(ns, "pad_mlp")(model)
-    return {"type": f"{type(padded).__module__}.{type(padded).__qualname__}", "same_object": padded is model,
-            "layers_kept": list(model) == layers and len(model) == len(layers),
-            "widths_kept": [[m.in_features, m.out_features] for m in model if isinstance(m, nn.Linear)] == [[5, 6], [6, 8], [8, 2]],
-            "values_kept": model.state_dict().keys() == before.keys()
-            and all(torch.equal(before[k], v) for k, v in model.state_dict().items())}
-
-
-def judge_new_model(d):
-    if d["type"] != "torch.nn.modules.container.Sequential":
-        return f"return an nn.Sequential, not a {d['type'].rpartition('.')[2]}"
-    if d["same_object"]:
-        return "return a new model, not the one passed in"
-    if not (d["layers_kept"] and d["widths_kept"] and d["values_kept"]):
-        return "the original model was changed: build a new one"
+def _judge_widths(found, specs):
+    for spec, got in zip(specs, found):
+        widths, m = spec["widths"], spec["multiple"] or 8
+        called = "the default multiple" if spec["multiple"] is None else f"multiple={m}"
+        want = reference_padded_widths(widths, spec["multiple"])
+        chain = [got["linears"][0][0]] + [out for _, out in got["linears"]] if got["linears"] else []
+        if len(got["linears"]) != len(widths) - 1:
+            return f"widths {widths}: the padded model has {len(got['linears'])} Linear layers"
+        hidden, new = widths[1:-1], chain[1:-1]
+        for w, g, expected in zip(hidden, new, want[1:-1]):
+            if w % m and g != expected:
+                return f"with {called}, hidden widths {hidden} became {new}: each must round up to the next multiple"
+        for w, g in zip(hidden, new):
+            if w % m == 0 and g != w:
+                return f"a hidden width of {w} with {called} is already aligned but became {g}"
+        if chain[0] != widths[0] or chain[-1] != widths[-1]:
+            return (f"widths {widths}: input and output widths must stay as they are, got "
+                    f"{chain[0]} in and {chain[-1]} out")
     return None
+
+
+def _judge_function(found, specs):
+    for spec, got in zip(specs, found):
+        if "error" in got:
+            return f"the padded model raised {got['error']} (with {_words(spec)})"
+        want = _expected_output(spec)
+        tolerance = TOLERANCE[spec["dtype"]]
+        values = got.get("values")
+        if values is None or len(values) != len(want) or not all(
+                abs(a - b) <= tolerance * max(1.0, abs(b)) for a, b in zip(values, want)):  # NaN is never close
+            return f"the padded model computes something else with {_words(spec)}"
+    return None
+
+
+def draw_pad_widths(rng):
+    """The default multiple, multiple=16, 1 (nothing to pad), 3 and 5 (not powers of two), drawn ones up
+    to 64; a single Linear layer (no hidden width), a hidden width of 1, widths already aligned."""
+    specs = [_spec(rng, [rng.randint(1, 30), rng.choice([9, 13, 20, 30]), rng.choice([3, 17, 33]), rng.randint(1, 9)], 16),
+             _spec(rng, _widths(rng), None),
+             _spec(rng, [rng.randint(1, 9), rng.randint(1, 9)], rng.choice(MULTIPLES)),
+             _spec(rng, [5, 1, rng.randint(2, 40), 4], rng.choice([None, 3, 4])),
+             _spec(rng, [7, 24, 48, 2], rng.choice([None, 8, 16])),
+             _spec(rng, _widths(rng), 1),
+             _spec(rng, _widths(rng), rng.choice([3, 5])),
+             _spec(rng, [12, 10, 5, 6], 4)]
+    specs += [_spec(rng, _widths(rng), rng.choice(MULTIPLES)) for _ in range(3)]
+    return specs
+
+
+def judge_pad_widths(found, specs):
+    return _count(found, specs) or _judge_widths(found, specs)
+
+
+def draw_pad_function(rng):
+    """Activations not 0 at 0 (Sigmoid, Softplus, Hardsigmoid), carrying settings (LeakyReLU, ELU, CELU,
+    Hardtanh, drawn), two activation modules in a row, inputs far from 0; then drawn models."""
+    specs = [_spec(rng, [6, rng.choice([9, 10, 13]), rng.choice([13, 21]), 2], None,
+                   between=[[_activation(rng, "Sigmoid")], [_activation(rng, "Sigmoid")]], scale=10.0),
+             _spec(rng, [4, 3, 17, 5], rng.choice([None, 4]),
+                   between=[[_activation(rng, "LeakyReLU")], [_activation(rng, "ELU")]], scale=10.0),
+             _spec(rng, [3, 21, rng.randint(2, 9)], 16,
+                   between=[[_activation(rng, "Softplus"), _activation(rng, rng.choice(["Tanh", "Hardsigmoid"]))]],
+                   scale=10.0),
+             _spec(rng, [5, 11, 6, 3], rng.choice(MULTIPLES[1:]),
+                   between=[[_activation(rng, "CELU")], [_activation(rng, "Hardtanh"), _activation(rng)]], scale=10.0)]
+    specs += [_spec(rng, _widths(rng, high=40), rng.choice(MULTIPLES), scale=rng.choice([1.0, 10.0])) for _ in range(3)]
+    return specs
+
+
+def judge_pad_function(found, specs):
+    return _count(found, specs) or _judge_function(found, specs)
+
+
+def draw_pad_without_bias(rng):
+    """No bias anywhere, then mixed (a biased layer between biasless ones, and the other way round)."""
+    specs = [_spec(rng, [10, 13, 5], None, bias=[False, False]),
+             _spec(rng, [7, 5, 11, 3], None, bias=[False, True, False]),
+             _spec(rng, [9, 6, 3], rng.choice(MULTIPLES), bias=[True, False])]
+    specs += [_spec(rng, _widths(rng, high=30), rng.choice(MULTIPLES), bias=[rng.random() < 0.5 for _ in range(4)])
+              for _ in range(2)]
+    for spec in specs[-2:]:
+        spec["bias"] = spec["bias"][:len(spec["widths"]) - 1]
+    return specs
+
+
+def judge_pad_without_bias(found, specs):
+    return _count(found, specs) or _judge_widths(found, specs) or _judge_function(found, specs)
+
+
+def draw_pad_dtypes(rng):
+    """float32, bfloat16 and float16 models (and float64), widths drawn."""
+    return [_spec(rng, _widths(rng, high=30), rng.choice(MULTIPLES), dtype=dtype)
+            for dtype in ("float32", "bfloat16", "float16", "float64")]
+
+
+def judge_pad_dtypes(found, specs):
+    problem = _count(found, specs)
+    if problem:
+        return problem
+    for spec, got in zip(specs, found):
+        dtype = spec["dtype"]
+        if "error" in got:
+            return f"a {dtype} model: the padded model raised {got['error']}"
+        if got["params"] != [dtype] or got["out_dtype"] != dtype:
+            return f"a {dtype} model came back with {', '.join(got['params'])} parameters"
+    problem = _judge_function(found, specs)
+    return f"in the model's dtype: {problem}" if problem else None
+
+
+def draw_pad_new_model(rng):
+    return [_spec(rng, _widths(rng, high=30), rng.choice(MULTIPLES), dtype=rng.choice(["float64", "float32"]))
+            for _ in range(2)]
+
+
+def judge_pad_new_model(found, specs):
+    if not isinstance(found, list) or len(found) != len(specs):
+        return "not every model was padded"
+    for got in found:
+        if got["type"] != "torch.nn.modules.container.Sequential":
+            return f"return an nn.Sequential, not a {got['type'].rpartition('.')[2]}"
+        if got["same_object"]:
+            return "return a new model, not the one passed in"
+        if not (got["layers_kept"] and got["values_kept"]):
+            return "the original model was changed: build a new one"
+    return None
+
+
+HIDDEN = {
+    "pad_mlp": [
+        Case("widths: hidden ones rounded up to the next multiple (the default, 16, 1, 3 or 5, drawn), aligned ones and "
+             "input and output kept (a single layer too)", observe_padded, judge_pad_widths, draw=draw_pad_widths),
+        Case("the same function whatever the activations (not 0 at 0, with settings, two in a row)", observe_padded,
+             judge_pad_function, draw=draw_pad_function),
+        Case("layers without a bias, alone and mixed", observe_padded, judge_pad_without_bias, draw=draw_pad_without_bias),
+        Case("float32, bfloat16 and float16 models keep their dtype", observe_padded, judge_pad_dtypes, draw=draw_pad_dtypes),
+        Case("a new nn.Sequential, the original untouched", observe_padded, judge_pad_new_model, draw=draw_pad_new_model),
+    ],
+}
+
+_PAD = [case.name for case in HIDDEN["pad_mlp"]]
+_PUBLIC = "15-30-20-3 with ReLU: widths, same function, original untouched"
+CLAUSES = {
+    "pad_mlp": {
+        "pad_mlp(model, multiple=8): 8 when multiple is not given, any other multiple when it is": [_PUBLIC, _PAD[0]],
+        "every hidden width rounded up to a multiple of multiple (an aligned one stays)": [_PUBLIC, _PAD[0], _PAD[2]],
+        "the input and output widths stay the same": [_PUBLIC, _PAD[0]],
+        "the new model computes the same function as the old one": [_PUBLIC, _PAD[1]],
+        "whatever its activations (any, some carrying settings, between the Linear layers)": [_PAD[1]],
+        "in the model's dtype": [_PAD[3]],
+        "Linear layers may have no bias": [_PAD[2]],
+        "returns a new model (an nn.Sequential); model left unchanged": [_PUBLIC, _PAD[4]],
+    },
+}
 
 
 # --- case_answers ---------------------------------------------------------------------------
@@ -348,14 +296,4 @@ def judge_case(case):
     return judge
 
 
-HIDDEN = {
-    "pad_mlp": [
-        Case("widths: hidden ones rounded up to the next multiple (the default, 3, 4, 16), aligned ones and "
-             "input and output kept (a single layer too)", observe_pad_widths, judge_widths),
-        Case("the same function with sigmoid, softplus, LeakyReLU(0.2), ELU(0.5)", observe_pad_function, judge_function),
-        Case("layers without a bias, alone and mixed", observe_pad_without_bias, judge_without_bias),
-        Case("float32 and bfloat16 models keep their dtype", observe_pad_dtypes, judge_dtypes),
-        Case("a new nn.Sequential, the original untouched", observe_pad_new_model, judge_new_model),
-    ],
-    "case_answers": [Case(f"case {case}: the codes that apply", observe_case_answers, judge_case(case)) for case in "123"],
-}
+HIDDEN["case_answers"] = [Case(f"case {case}: the codes that apply", observe_case_answers, judge_case(case)) for case in "123"]

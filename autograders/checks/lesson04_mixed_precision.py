@@ -369,9 +369,15 @@ HIDDEN = {"train_epoch": [
 #  6. return the total norm before clipping, a float; on an overflowing step it is inf or nan and
 #     the step is skipped -> "generated sizes ..." and "an overflowing step ..."
 
-def observe_clipped_generated(ns):
+def draw_clipped(rng):
+    """A seed for 4 models and their batches, and each model's autocast dtype (float16 or bfloat16 on the
+    CPU), drawn at grading time: the judge rebuilds them from the same seed."""
+    return {"seed": rng.randrange(1 << 30), "dtypes": [rng.choice(["float16", "bfloat16"]) for _ in range(4)]}
+
+
+def observe_clipped_generated(ns, drawn):
     """The student's clipped_step twice in a row on 4 generated models: norms, parameters, scale. The
-    judge runs a correct step on the same models itself (clipped_generated_setups, reference_clipped_step)."""
+    judge runs a correct step on the same models itself (clipped_generated_expected, reference_clipped_step)."""
     import copy
     import random
 
@@ -383,11 +389,11 @@ def observe_clipped_generated(ns):
     precision = torch.get_float32_matmul_precision()
     torch.set_float32_matmul_precision("highest")
     try:
-        rng = random.Random(44)
+        rng = random.Random(drawn["seed"])
         result = []
         for case in range(4):
             width, batch, classes = rng.randint(3, 12), rng.randint(2, 9), rng.randint(2, 5)
-            torch.manual_seed(100 + case)
+            torch.manual_seed(drawn["seed"] + case)
             model = nn.Sequential(nn.Linear(5, width), nn.GELU(), nn.Linear(width, classes))
             data = [(torch.randn(batch, 5) * rng.uniform(0.5, 4), torch.randint(0, classes, (batch,))) for _ in range(2)]
             probe = copy.deepcopy(model)
@@ -399,7 +405,8 @@ def observe_clipped_generated(ns):
             scaler = torch.amp.GradScaler("cpu", init_scale=init_scale, growth_interval=1)
             norms, params, is_float = [], [], True
             for inputs, targets in data:
-                value = answer(ns, "clipped_step")(model, inputs, targets, optimizer, scaler, "cpu", torch.float16, max_norm)
+                dtype = getattr(torch, drawn["dtypes"][case])
+                value = answer(ns, "clipped_step")(model, inputs, targets, optimizer, scaler, "cpu", dtype, max_norm)
                 is_float = is_float and isinstance(value, float)
                 norms.append(float(value) if isinstance(value, (int, float, torch.Tensor)) else None)
                 params.append(torch.cat([p.detach().flatten() for p in model.parameters()]).double().tolist())
@@ -423,9 +430,9 @@ def reference_clipped_step(model, inputs, targets, optimizer, scaler, device_typ
     return float(norm)
 
 
-@functools.lru_cache(maxsize=1)  # the same few milliseconds of work for every submission
-def clipped_generated_expected() -> list[dict]:
-    """observe_clipped_generated's models and batches, rebuilt here (the same seeds), stepped twice by a
+@functools.lru_cache(maxsize=64)  # the cases of one submission judge the same draw
+def clipped_generated_expected(seed: int, dtypes: tuple[str, ...]) -> list[dict]:
+    """observe_clipped_generated's models and batches, rebuilt here (the same seed), stepped twice by a
     correct clipped AMP step: what the student's steps must give. The grader's random state is kept."""
     import copy
     import random
@@ -433,13 +440,13 @@ def clipped_generated_expected() -> list[dict]:
     import torch
     from torch import nn
 
-    rng = random.Random(44)
+    rng = random.Random(seed)
     expected = []
     from gpucourse.checks.seeded import global_rng  # the grader's threads share torch's generator
     with global_rng():
         for case in range(4):
             width, batch, classes = rng.randint(3, 12), rng.randint(2, 9), rng.randint(2, 5)
-            torch.manual_seed(100 + case)
+            torch.manual_seed(seed + case)
             model = nn.Sequential(nn.Linear(5, width), nn.GELU(), nn.Linear(width, classes))
             data = [(torch.randn(batch, 5) * rng.uniform(0.5, 4), torch.randint(0, classes, (batch,))) for _ in range(2)]
             probe = copy.deepcopy(model)
@@ -451,9 +458,10 @@ def clipped_generated_expected() -> list[dict]:
             scaler = torch.amp.GradScaler("cpu", init_scale=init_scale, growth_interval=1)
             norms, params = [], []
             for inputs, targets in data:
-                norms.append(reference_clipped_step(model, inputs, targets, optimizer, scaler, "cpu", torch.float16, max_norm))
+                norms.append(reference_clipped_step(model, inputs, targets, optimizer, scaler, "cpu",
+                                                    getattr(torch, dtypes[case]), max_norm))
                 params.append(torch.cat([p.detach().flatten() for p in model.parameters()]).double().tolist())
-            expected.append({"width": width, "batch": batch, "max_norm": max_norm, "clips": case % 2 == 0,
+            expected.append({"width": width, "batch": batch, "max_norm": max_norm, "clips": case % 2 == 0, "dtype": dtypes[case],
                              "norms": norms, "params": params, "scale": float(scaler.get_scale())})
     return expected
 
@@ -464,12 +472,12 @@ def _max_gap(got, want):
     return max((abs(a - b) for a, b in zip(got, want)), default=0.0)
 
 
-def judge_clipped_generated(d):
-    expected = clipped_generated_expected()
+def judge_clipped_generated(d, drawn):
+    expected = clipped_generated_expected(drawn["seed"], tuple(drawn["dtypes"]))
     if len(d) != len(expected):
         return f"{len(d)} of {len(expected)} models observed"
     for got, r in zip(d, expected):
-        where = f"a {r['width']}-wide model, batch {r['batch']}, max_norm {r['max_norm']:.3g}" + (
+        where = f"a {r['width']}-wide model in {r['dtype']}, batch {r['batch']}, max_norm {r['max_norm']:.3g}" + (
             " (below the gradients' norm)" if r["clips"] else " (above it)")
         if not got["is_float"]:
             return f"{where}: clipped_step must return a float"
@@ -598,7 +606,37 @@ HIDDEN["clipped_step"] = [
     Case("autocast with the device type and dtype given (bfloat16 and float16 on 'cpu', bfloat16 on 'cuda'); "
          "backward outside it", observe_clipped_autocast, judge_clipped_autocast),
     Case("generated sizes and max_norm: the reference's norm, parameters and scale, over two steps",
-         observe_clipped_generated, judge_clipped_generated),
+         observe_clipped_generated, judge_clipped_generated, draw=draw_clipped),
     Case("an overflowing step is skipped, returns a non-finite norm and halves the scale, twice",
          observe_clipped_overflow, judge_clipped_overflow),
 ]
+
+
+_TE = [case.name for case in HIDDEN["train_epoch"]]
+_CS = [case.name for case in HIDDEN["clipped_step"]]
+_TE_PUBLIC = ["autocast around the forward, scaled backward outside it, loss going down",
+              "evaluate under autocast and no_grad, returning accuracy"]
+_CS_PUBLIC = ["unscale_ between the scaled backward and scaler.step, then update",
+              "the clip sees the true gradient norm and the optimizer gets clipped gradients"]
+CLAUSES = {
+    "train_epoch": {
+        "zero the gradients every batch": [_TE[0]],
+        "output and cross-entropy loss under torch.autocast(device_type, dtype=dtype), the device type and dtype given":
+            [_TE[2], _TE[5], _TE_PUBLIC[0]],
+        "backpropagate scaler.scale(loss) outside autocast": [_TE_PUBLIC[0], _TE[1]],
+        "then scaler.step(optimizer) and scaler.update()": [_TE[1]],
+        "return the mean (unscaled) loss of the epoch as a float": [_TE[3]],
+        "evaluate: the fraction of correct predictions (argmax) over all items, as a float": [_TE[7], _TE_PUBLIC[1]],
+        "evaluate: under autocast and without gradients": [_TE_PUBLIC[1], _TE[6]],
+        "move each batch to the model's device inside the loops": [_TE[4], _TE[8]],
+    },
+    "clipped_step": {
+        "zero the gradients": [_CS[1]],
+        "output and cross-entropy loss under torch.autocast(device_type, dtype=dtype)": [_CS[0], _CS[1]],
+        "backpropagate scaler.scale(loss) outside autocast": [_CS[0], _CS_PUBLIC[0]],
+        "scaler.unscale_(optimizer), then clip the total norm of all gradients to max_norm": [_CS_PUBLIC[0], _CS_PUBLIC[1], _CS[1]],
+        "scaler.step(optimizer) and scaler.update()": [_CS_PUBLIC[0], _CS[2]],
+        "return the total norm before clipping, a float; inf or nan on an overflowing step, which is skipped":
+            [_CS_PUBLIC[1], _CS[1], _CS[2]],
+    },
+}

@@ -1,8 +1,9 @@
-"""Hidden checks for lesson 5 (moving data). Never released; see lesson01's file for the form.
+"""Hidden checks for lesson 5 (moving data). Never released; see lesson13's file for the form.
 
-No GPU here: ``recording_moves`` (gpucourse.checks.lesson05) records every ``Tensor.to``/``.cuda`` call
-with its device and ``non_blocking``, stands in clones for CUDA copies and answers ``is_pinned()``
-for the tensors an observer marks.
+No GPU here: the to_device observer records every ``Tensor.to``/``.cuda``/``.cpu`` call with its device and
+``non_blocking``, stands in clones for CUDA copies and answers ``is_pinned()`` for the tensors a drawn
+batch marks pinned. The batches and devices are drawn at grading time; the judges know from the draw alone
+what must come back.
 """
 
 from gpucourse.checks import Case
@@ -10,197 +11,307 @@ from gpucourse.checks.lesson05 import observe_loader_settings  # same observatio
 
 
 # --- to_device ------------------------------------------------------------------------------
-# What the exercise text and answer line require:
-#  1. `batch` may be a single tensor -> "a single tensor ..."
-#  2. nested dicts, lists and tuples keep their types at every depth (empty ones too)
-#     -> "random nested batches keep their structure"
-#  3. values that are not tensors come back unchanged (the same objects) -> "values that are not tensors ..."
-#  4. every tensor moved once with `tensor.to(device, ...)`, keeping its dtype (one already on the
-#     CPU may come back as it is when the CPU is asked for) -> "random nested batches ..." and "a single tensor ..."
-#  5. non_blocking True exactly for a pinned tensor going to a CUDA device, False for unpinned
-#     ones and for copies to the CPU -> "non_blocking exactly ..." and "a single tensor ..."
-#  6. `device` a torch.device or a str ("cuda", "cuda:1", "cpu") -> "a single tensor ..."
+# Differential: each case draws its batches and devices at grading time (boundaries first, then random
+# trees), the sandbox builds them and calls the answer under a recorder of every Tensor.to/.cuda call,
+# and the judge compares with what the text's rule gives (reference_moves below, grader side only).
+#
+# A drawn run: {"device": <device>, "batch": <node>}; <device> is "cuda:1" (a str) or ["torch.device", "cuda:1"];
+# <node> is ["tensor", index, dtype, shape, pinned], ["dict", [[key, node], ...]], ["list", [nodes]],
+# ["tuple", [nodes]] or ["value", kind] (kinds: VALUE_KINDS, built in the sandbox, each its own object).
 
-def observe_to_device_single(ns):
+VALUE_KINDS = ["none", "str", "int", "big int", "float", "bool", "bytes", "object", "ndarray", "empty str"]
+DTYPES = ["torch.float32", "torch.float64", "torch.float16", "torch.bfloat16", "torch.int64", "torch.int32",
+          "torch.uint8", "torch.bool"]
+
+
+def observe_to_device_runs(ns, runs):
+    """Each run's batch built here (tensors numbered, pinned ones answering is_pinned() True), the answer
+    called under a recorder of every Tensor.to/.cuda/.cpu call; returns the calls and what came back."""
+    import numpy as np
     import torch
     from gpucourse.checks import answer
-    from gpucourse.checks.lesson05 import recording_moves
 
-    result = []
-    for device, pinned in [("cuda:1", True), (torch.device("cuda"), False), ("cpu", True), (torch.device("cpu"), False),
-                           (torch.device("cuda", 0), True)]:
-        with recording_moves() as (pinned_ids, calls):
-            tensor = torch.arange(3, dtype=torch.int64) + 40
-            if pinned:
-                pinned_ids.add(id(tensor))
-            moved = answer(ns, "to_device")(tensor, device)
-            result.append({"device": str(device), "pinned": pinned, "calls": list(calls),
-                           "returned": type(moved).__name__, "dtype": str(getattr(moved, "dtype", None))})
-    return result
+    real_to, real_cuda, real_cpu, real_pinned = torch.Tensor.to, torch.Tensor.cuda, torch.Tensor.cpu, torch.Tensor.is_pinned
+    results = []
+    for run in runs:
+        index_of, pinned, made, originals, calls = {}, set(), {}, [], []
 
-
-SINGLE_MOVES = [("cuda:1", True), ("cuda", False), ("cpu", True), ("cpu", False), ("cuda:0", True)]  # (device, pinned)
-
-
-def judge_to_device_single(d):
-    if [(r["device"], r["pinned"]) for r in d] != SINGLE_MOVES:
-        return "not every device was tried"
-    for r in d:
-        where = f"a {'pinned' if r['pinned'] else 'pageable'} tensor to {r['device']!r}"
-        if r["returned"] != "Tensor" or r["dtype"] != "torch.int64":
-            return f"{where}: must come back a tensor of the same dtype"
-        already = r["device"] == "cpu"  # a tensor already there may be returned as it is, without .to
-        if len(r["calls"]) > 1 or (not r["calls"] and not already) or any(
-                c["device"].replace("cuda:0", "cuda") != r["device"].replace("cuda:0", "cuda") for c in r["calls"]):
-            return f"{where}: move it once with .to(device, ...) to the device given, saw {r['calls']}"
-        if any(c["non_blocking"] != (r["pinned"] and r["device"].startswith("cuda")) for c in r["calls"]):
-            return f"{where}: wrong non_blocking"
-    return None
-
-
-def observe_to_device_random(ns):
-    import random
-
-    import torch
-    from gpucourse.checks import answer
-    from gpucourse.checks.lesson05 import recording_moves
-
-    rng = random.Random(11)
-    counter = iter(range(100, 10_000))
-    marker = object()
-
-    def tree(depth, pinned_ids):
-        kind = rng.choice(["dict", "list", "tuple", "leaf", "leaf"] if depth < 3 else ["leaf"])
-        if kind == "leaf":
-            choice = rng.random()
-            if choice < 0.5:
-                t = torch.full((rng.randint(1, 3),), float(next(counter)), dtype=rng.choice([torch.float32, torch.float64, torch.int64]))
-                if rng.random() < 0.5:
-                    pinned_ids.add(id(t))
+        def build(node):
+            kind = node[0]
+            if kind == "tensor":
+                _, number, dtype, shape, is_pinned = node
+                count = 1
+                for n in shape:
+                    count *= n
+                t = (torch.arange(count) % 7 + number).to(getattr(torch, dtype.split(".")[1])).reshape(shape)
+                index_of[id(t)] = number
+                made[number] = t
+                if is_pinned:
+                    pinned.add(id(t))
                 return t
-            return rng.choice([None, "text", 3, 2.5, marker, b"raw"])
-        items = [tree(depth + 1, pinned_ids) for _ in range(rng.randint(0, 3))]
-        if kind == "dict":
-            return {f"k{i}": v for i, v in enumerate(items)}
-        return items if kind == "list" else tuple(items)
+            if kind == "dict":
+                return {key: build(value) for key, value in node[1]}
+            if kind in ("list", "tuple"):
+                items = [build(value) for value in node[1]]
+                return items if kind == "list" else tuple(items)
+            value = {"none": None, "str": "text", "int": 3, "big int": 2 ** 70 + 1, "float": 2.5, "bool": True,
+                     "bytes": b"raw", "object": object(), "ndarray": np.arange(3), "empty str": ""}[node[1]]
+            originals.append(value)
+            return value
 
-    def describe(x):
-        if isinstance(x, torch.Tensor):
-            return ["tensor", str(x.dtype), float(x.flatten()[0])]
-        if isinstance(x, dict):
-            return ["dict", {str(k): describe(v) for k, v in x.items()}]
-        if isinstance(x, (list, tuple)):
-            return [type(x).__name__, [describe(v) for v in x]]
-        return ["value", type(x).__name__]
+        def record(tensor, device, non_blocking, result):
+            if id(tensor) in index_of:
+                calls.append({"tensor": index_of[id(tensor)], "device": str(device), "non_blocking": bool(non_blocking)})
+                index_of[id(result)] = index_of[id(tensor)]
+                made.setdefault(("moved", id(result)), result)
 
-    def tensors(x):
-        if isinstance(x, torch.Tensor):
-            return [x]
-        values = x.values() if isinstance(x, dict) else x if isinstance(x, (list, tuple)) else []
-        return [t for v in values for t in tensors(v)]
+        def fake_to(self, *args, **kwargs):
+            device = kwargs.get("device", args[0] if args else None)
+            blocking = kwargs.get("non_blocking", next((a for a in args[1:] if isinstance(a, bool)), False))
+            if isinstance(device, (str, torch.device)) and torch.device(device).type == "cuda":
+                result = self.clone()  # no GPU here: a clone stands in for the copy
+            else:
+                result = real_to(self, *args, **{k: v for k, v in kwargs.items() if k != "non_blocking"})
+            if isinstance(device, (str, torch.device)):
+                record(self, device, blocking, result)
+            return result
 
-    def same_leaves(a, b):
-        if isinstance(a, dict) and isinstance(b, dict):
-            return all(same_leaves(a[k], b.get(k)) for k in a)
-        if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
-            return len(a) == len(b) and all(map(same_leaves, a, b))
-        return isinstance(a, torch.Tensor) or a is b
+        def fake_cuda(self, device=None, non_blocking=False, **kwargs):
+            result = self.clone()
+            record(self, "cuda" if device is None else torch.device("cuda", device) if isinstance(device, int) else device,
+                   non_blocking, result)
+            return result
 
-    result = []
-    for device in ("cuda", torch.device("cuda:1"), "cpu"):
-        for _ in range(3):
-            with recording_moves() as (pinned_ids, calls):
-                batch = {"inputs": tree(1, pinned_ids), "labels": tree(1, pinned_ids), "extra": tree(0, pinned_ids)}
-                pinned = sorted(float(t.flatten()[0]) for t in tensors(batch) if id(t) in pinned_ids)
-                expected = describe(batch)
-                moved = answer(ns, "to_device")(batch, device)
-                result.append({"device": str(device), "expected": expected, "got": describe(moved),
-                               "pinned": pinned, "calls": sorted(calls, key=lambda c: c["leaf"] or 0),
-                               "same_leaves": same_leaves(batch, moved)})
-    return result
+        def fake_cpu(self, *args, **kwargs):
+            result = real_cpu(self, *args, **kwargs)
+            record(self, "cpu", False, result)
+            return result
 
+        batch = build(run["batch"])
+        spec = run["device"]
+        device = torch.device(spec[1]) if isinstance(spec, list) else spec
+        torch.Tensor.to, torch.Tensor.cuda, torch.Tensor.cpu = fake_to, fake_cuda, fake_cpu
+        torch.Tensor.is_pinned = lambda self, *a, **k: id(self) in pinned
+        try:
+            moved = answer(ns, "to_device")(batch, device)
+        finally:
+            torch.Tensor.to, torch.Tensor.cuda, torch.Tensor.cpu, torch.Tensor.is_pinned = (
+                real_to, real_cuda, real_cpu, real_pinned)
 
+        def describe(x, depth=0):
+            if depth > 40:
+                return ["too deep"]
+            if isinstance(x, torch.Tensor):
+                number = index_of.get(id(x))
+                return ["tensor", number, str(x.dtype), list(x.shape),
+                        "original" if number is not None and made.get(number) is x else "moved" if number is not None else "other"]
+            if isinstance(x, dict):
+                return ["dict", [[k if isinstance(k, (str, int)) else repr(k), describe(v, depth + 1)] for k, v in x.items()]]
+            if type(x) in (list, tuple):
+                return [type(x).__name__, [describe(v, depth + 1) for v in x]]
+            return ["value", [i for i, o in enumerate(originals) if o is x], type(x).__name__]  # None is None, twice
 
-
-def random_batches() -> list[tuple[str, list, list]]:
-    """observe_to_device_random's batches, rebuilt here from the same seed without torch: (device, the
-    batch's description as the observer's describe() writes it, the first values of its pinned tensors)."""
-    import random
-
-    rng = random.Random(11)
-    counter = iter(range(100, 10_000))
-    kinds = {None: "NoneType", "text": "str", 3: "int", 2.5: "float", "marker": "object", b"raw": "bytes"}
-
-    def tree(depth, pinned):
-        kind = rng.choice(["dict", "list", "tuple", "leaf", "leaf"] if depth < 3 else ["leaf"])
-        if kind == "leaf":
-            if rng.random() < 0.5:
-                rng.randint(1, 3)  # the tensor's length (its first value is what is described)
-                value = float(next(counter))
-                dtype = rng.choice(["torch.float32", "torch.float64", "torch.int64"])
-                if rng.random() < 0.5:
-                    pinned.append(value)
-                return ["tensor", dtype, value]
-            return ["value", kinds[rng.choice([None, "text", 3, 2.5, "marker", b"raw"])]]
-        items = [tree(depth + 1, pinned) for _ in range(rng.randint(0, 3))]
-        if kind == "dict":
-            return ["dict", {f"k{i}": v for i, v in enumerate(items)}]
-        return [kind, items]
-
-    batches = []
-    for device in ("cuda", "cuda:1", "cpu"):
-        for _ in range(3):
-            pinned = []
-            described = ["dict", {"inputs": tree(1, pinned), "labels": tree(1, pinned), "extra": tree(0, pinned)}]
-            batches.append((device, described, sorted(pinned)))
-    return batches
+        results.append({"calls": calls, "returned": describe(moved)})
+    return results
 
 
-def _with_expected(d):
-    """The observed rows, each with the judge's own expected description and pinned tensors."""
-    batches = random_batches()
-    if len(d) != len(batches) or any(r["device"] != device for r, (device, _, _) in zip(d, batches)):
-        raise ValueError("the observation does not answer the generated batches")
-    return [dict(r, expected=expected, pinned=pinned) for r, (_, expected, pinned) in zip(d, batches)]
+def device_words(spec) -> str:
+    return f"torch.device({spec[1]!r})" if isinstance(spec, list) else repr(spec)
 
 
-def judge_to_device_structure(d):
-    for r in _with_expected(d):
-        if r["got"] != r["expected"]:
-            return f"a nested batch to {r['device']!r} came back with another structure, or other dtypes"
-    return None
+def _device_type(spec) -> str:
+    text = spec[1] if isinstance(spec, list) else spec
+    return text.split(":")[0]
 
 
-def judge_to_device_values(d):
-    for r in _with_expected(d):
-        if r["got"] == r["expected"] and not r["same_leaves"]:
-            return "values that are not tensors must come back unchanged: the same objects"
-    return None
+def _same_device(got: str, spec) -> bool:
+    want = spec[1] if isinstance(spec, list) else spec
+    return got.replace("cuda:0", "cuda") == want.replace("cuda:0", "cuda")
 
 
-def judge_to_device_flags(d):
-    for r in _with_expected(d):
-        tensors = sorted(leaf for leaf in _leaves(r["expected"]))
-        moved = [c for c in r["calls"] if c["device"].replace("cuda:0", "cuda") == r["device"]]
-        leaves = sorted(c["leaf"] for c in moved)
-        stayed = r["device"] == "cpu" and len(set(leaves)) == len(leaves) and set(leaves) <= set(tensors)  # already there
-        if len(moved) != len(r["calls"]) or (leaves != tensors and not stayed):
-            return f"to {r['device']!r}: every tensor must be moved once with .to(device, ...) to the device given"
-        cuda = r["device"].startswith("cuda")
-        if any(c["non_blocking"] != (cuda and c["leaf"] in r["pinned"]) for c in moved):
-            return f"to {r['device']!r}: non_blocking=True exactly for pinned tensors going to a CUDA device"
-    return None
-
-
-def _leaves(description):
-    kind, value = description[0], description[1:]
+def reference_to_device(node):
+    """The text's rule, as the observer describes a result: the same containers (dicts, lists, tuples), each
+    tensor moved (same dtype and shape), every other value the very object it was."""
+    kind = node[0]
     if kind == "tensor":
-        return [value[1]]
+        return ["tensor", node[1], node[2], node[3]]
     if kind == "dict":
-        return [t for v in value[0].values() for t in _leaves(v)]
+        return ["dict", [[k, reference_to_device(v)] for k, v in node[1]]]
     if kind in ("list", "tuple"):
-        return [t for v in value[0] for t in _leaves(v)]
+        return [kind, [reference_to_device(v) for v in node[1]]]
+    return ["value"]
+
+
+def _tensors(node):
+    if node[0] == "tensor":
+        return [node]
+    if node[0] == "dict":
+        return [t for _, v in node[1] for t in _tensors(v)]
+    if node[0] in ("list", "tuple"):
+        return [t for v in node[1] for t in _tensors(v)]
     return []
+
+
+def _structure_problem(want, got, values, found=None):
+    """What is wrong where ``got`` (the observer's description) leaves ``want``'s: "structure" (containers,
+    keys, dtypes, shapes, a tensor not moved) before "value" (a value that is not the very object it was),
+    or None. ``values``: the non-tensor values met so far, in the order the observer built them."""
+    found = set() if found is None else found
+    if not isinstance(got, list) or not got:
+        found.add("structure")
+    elif want[0] == "tensor":
+        if got[0] != "tensor" or got[2:4] != want[2:4] or got[1] != want[1]:
+            found.add("structure")
+    elif want[0] == "value":
+        index = len(values)
+        values.append(index)
+        if got[0] != "value":
+            found.add("structure")
+        elif not (isinstance(got[1], list) and index in got[1]):
+            found.add("value")
+    elif got[0] != want[0] or len(got[1]) != len(want[1]):
+        found.add("structure")
+    else:
+        if want[0] == "dict":
+            if [k for k, _ in got[1]] != [k for k, _ in want[1]]:
+                found.add("structure")
+            pairs = zip((v for _, v in want[1]), (v for _, v in got[1]))
+        else:
+            pairs = zip(want[1], got[1])
+        for w, g in pairs:
+            _structure_problem(w, g, values, found)
+    return "structure" if "structure" in found else "value" if found else None
+
+
+def _what(node) -> str:
+    return {"tensor": "a single tensor", "dict": "a dict", "list": "a list", "tuple": "a tuple"}.get(node[0], "a value")
+
+
+def judge_moves(run, got) -> str | None:
+    """Every tensor moved once with .to(device, ...) to the device given (one on the CPU may stay when the
+    CPU is asked for), non_blocking exactly for a pinned tensor going to CUDA."""
+    device = run["device"]
+    target = device_words(device)
+    by_tensor = {}
+    for call in got["calls"]:
+        by_tensor.setdefault(call["tensor"], []).append(call)
+    for number, dtype, shape, pinned in (t[1:] for t in _tensors(run["batch"])):
+        where = f"a {'pinned' if pinned else 'pageable'} tensor to {target}"
+        moves = by_tensor.get(number, [])
+        if not moves and _device_type(device) == "cpu":
+            continue  # already there: may come back as it is
+        if len(moves) != 1 or not _same_device(moves[0]["device"], device):
+            return f"{where}: move it once with .to(device, ...) to the device given, saw {[m['device'] for m in moves]}"
+        if moves[0]["non_blocking"] != (pinned and _device_type(device) == "cuda"):
+            return (f"{where}: wrong non_blocking (non_blocking=True exactly when the copy goes to a CUDA device "
+                    "from pinned memory)")
+    return None
+
+
+def judge_to_device_runs(focus):
+    """A judge of ``observe_to_device_runs``: structure and values, then the moves (``focus`` orders them)."""
+    def judge(observed, runs):
+        if not isinstance(observed, list) or len(observed) != len(runs):
+            return "the answer was not called on every drawn batch"
+        for run, got in zip(runs, observed):
+            problem = _structure_problem(reference_to_device(run["batch"]), got.get("returned"), [])
+            where = f"{_what(run['batch'])} to {device_words(run['device'])}"
+            if problem == "structure":
+                return (f"{where} came back with another structure, or other dtypes (dicts stay dicts, lists "
+                        "lists, tuples tuples, at every depth; every tensor moved, keeping its dtype)")
+            if problem == "value":
+                return f"{where}: values that are not tensors must come back unchanged: the same objects"
+            moves = judge_moves(run, got)
+            if moves:
+                return moves
+        return None
+    return judge
+
+
+def _devices_everywhere(rng):
+    """Every form of device the text allows, boundaries first: str and torch.device, CUDA with and without
+    an index, the CPU, and a device that is neither (where no copy is non-blocking)."""
+    index = rng.randint(2, 7)
+    return ["cuda:1", ["torch.device", "cuda"], "cpu", ["torch.device", "cpu"], ["torch.device", "cuda:0"], "cuda",
+            f"cuda:{index}", ["torch.device", f"cuda:{index}"], "meta", ["torch.device", "meta"]]
+
+
+def _tensor(rng, counter, pinned=None):
+    shape = rng.choice([[], [0], [1], [3], [2, 2], [rng.randint(1, 4), rng.randint(1, 3)]])
+    return ["tensor", next(counter), rng.choice(DTYPES), shape, rng.random() < 0.5 if pinned is None else pinned]
+
+
+def draw_single_tensors(rng):
+    """A single tensor, pinned and pageable, to every form of device; dtypes and shapes drawn."""
+    import itertools
+
+    counter = itertools.count(10)
+    runs = [{"device": device, "batch": _tensor(rng, counter, pinned)}
+            for device in _devices_everywhere(rng) for pinned in (True, False)]
+    return runs
+
+
+def _tree(rng, counter, depth):
+    kind = rng.choice(["dict", "list", "tuple", "tensor", "tensor", "value"] if depth < 5 else ["tensor", "value"])
+    if kind == "tensor":
+        return _tensor(rng, counter)
+    if kind == "value":
+        return ["value", rng.choice(VALUE_KINDS)]
+    items = [_tree(rng, counter, depth + 1) for _ in range(rng.choice([0, 1, 1, 2, 3]))]
+    if kind == "dict":
+        keys = rng.sample(["x", "y", "mask", 0, 1, 7, "meta"], len(items))
+        return ["dict", [[k, v] for k, v in zip(keys, items)]]
+    return [kind, items]
+
+
+def draw_nested_batches(rng):
+    """Boundaries first (empty containers, a one-element tuple, a list at the top, deep nesting, every kind
+    of non-tensor value), then random trees up to 5 deep, to every form of device."""
+    import itertools
+
+    counter = itertools.count(100)
+    devices = _devices_everywhere(rng)
+    fixed = [
+        ["dict", [["x", _tensor(rng, counter)], ["name", ["value", "str"]], ["index", ["value", "int"]]]],
+        ["dict", []], ["list", []], ["tuple", []],
+        ["tuple", [_tensor(rng, counter, True)]],
+        ["list", [_tensor(rng, counter, True), ["value", "str"], ["tuple", [_tensor(rng, counter, False), ["value", "none"]]]]],
+        ["dict", [[0, _tensor(rng, counter, True)], ["labels", ["list", [["value", kind] for kind in VALUE_KINDS]]]]],
+        ["dict", [["a", ["list", [["tuple", [["dict", [["b", ["list", [_tensor(rng, counter, True)]]]]]]]]]]]],
+        ["tuple", [["list", []], ["dict", [["empty", ["tuple", []]]]], ["value", "ndarray"], ["value", "object"]]],
+    ]
+    runs = [{"device": devices[i % len(devices)], "batch": batch} for i, batch in enumerate(fixed)]
+    for _ in range(14):
+        top = rng.choice(["dict", "list", "tuple"])
+        items = [_tree(rng, counter, 1) for _ in range(rng.randint(1, 4))]
+        batch = ["dict", [[f"k{i}", v] for i, v in enumerate(items)]] if top == "dict" else [top, items]
+        runs.append({"device": rng.choice(devices), "batch": batch})
+    return runs
+
+
+def draw_pinned_everywhere(rng):
+    """Pinned and pageable tensors mixed at every depth, each batch sent to every form of device."""
+    import itertools
+
+    counter = itertools.count(1000)
+    runs = []
+    for device in _devices_everywhere(rng):
+        items = [_tensor(rng, counter, True), _tensor(rng, counter, False), _tree(rng, counter, 2), _tree(rng, counter, 3)]
+        runs.append({"device": device, "batch": ["dict", [["inputs", ["list", items[:2]]], ["extra", ["tuple", items[2:]]]]]})
+    return runs
+
+
+HIDDEN = {
+    "to_device": [
+        Case("a single tensor, pinned or not, any dtype and shape, to every form of device (str or torch.device; "
+             "'cuda', 'cuda:N', 'cpu', 'meta')", observe_to_device_runs, judge_to_device_runs("single"),
+             draw=draw_single_tensors),
+        Case("nested batches keep their structure and dtypes; values that are not tensors come back as they were",
+             observe_to_device_runs, judge_to_device_runs("structure"), draw=draw_nested_batches),
+        Case("non_blocking exactly for pinned tensors going to CUDA, at every depth, for every form of device",
+             observe_to_device_runs, judge_to_device_runs("flags"), draw=draw_pinned_everywhere),
+    ],
+}
 
 
 # --- loader_settings ------------------------------------------------------------------------
@@ -235,14 +346,18 @@ def judge_scenario(key):
     return judge
 
 
-HIDDEN = {
-    "to_device": [
-        Case("a single tensor, pinned or not, to 'cuda:1', torch.device('cuda') and the CPU", observe_to_device_single,
-             judge_to_device_single),
-        Case("random nested batches keep their structure and dtypes", observe_to_device_random, judge_to_device_structure),
-        Case("values that are not tensors come back as they were", observe_to_device_random, judge_to_device_values),
-        Case("non_blocking exactly for pinned tensors going to CUDA, at every depth", observe_to_device_random,
-             judge_to_device_flags),
-    ],
-    "loader_settings": [Case(f"scenario {key}", observe_loader_settings, judge_scenario(key)) for key in "abcd"],
+HIDDEN["loader_settings"] = [Case(f"scenario {key}", observe_loader_settings, judge_scenario(key)) for key in "abcd"]
+
+PUBLIC_CASE = "a nested batch to CUDA (two pinned tensors, one not) and back"
+SINGLE, NESTED, FLAGS = (case.name for case in HIDDEN["to_device"])
+CLAUSES = {
+    "to_device": {
+        "batch may be a single tensor": [SINGLE],
+        "or a (nested) dict, list or tuple of tensors and other values, at any depth, empty ones too": [NESTED, PUBLIC_CASE],
+        "returns the same structure: dicts stay dicts, lists lists, tuples tuples": [NESTED, PUBLIC_CASE],
+        "values that are not tensors come back unchanged": [NESTED, PUBLIC_CASE],
+        "every tensor moved with tensor.to(device, ...), keeping its dtype": [SINGLE, NESTED, FLAGS, PUBLIC_CASE],
+        "non_blocking True exactly when the copy goes to a CUDA device from pinned memory": [SINGLE, FLAGS, PUBLIC_CASE],
+        "device may be a torch.device or a string (any device type, any CUDA index)": [SINGLE, FLAGS],
+    },
 }

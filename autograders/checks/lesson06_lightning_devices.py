@@ -1,153 +1,278 @@
 """Hidden checks for lesson 6 (Lightning on many devices). Never released.
 
-Each exercise lists the requirements its text states, numbered, and the case that tests each one.
-Inputs are generated from fixed seeds inside the observers (other sizes, noise levels and strategies
-than the text's examples).
+Every case whose answer depends on inputs draws them at grading time (``Case.draw``: the text's
+boundaries first, then random ones from the whole domain it states): statistics, sizes, dtypes and
+devices for AgnosticStandardize; noise levels (ints, 0, by position), inputs, weights and seeds for
+SpawnSafeRegressor; the arguments of effective_batch_size and scaled_learning_rate (NumPy ints,
+integers above 2**53, counts of 0.5). The references (the module's output, the
+augmentation and the loss, the batch size and the rate) live here, on the grader's side only.
 """
 
-from gpucourse.checks import Case
-from gpucourse.checks.lesson06 import judge_batch, judge_picklable, outputs_close, readout_values, standardize_expected  # noqa: F401
+import torch
 
+from gpucourse.checks import Case
+from gpucourse.checks.lesson06 import outputs_close
+from gpucourse.checks.values import describe, rebuild, type_words
+
+from autograders.differential import call, outcome, same, shown
 
 # --- device_agnostic ------------------------------------------------------------------------------
-# 1. the same function as Standardize: (x - mean) / std, the read-out self.readout, plus 1  -> "other sizes"
-# 2. runs on the device the module and its input were moved to (.to(device))               -> "meta device" (+ public)
-# 3. follows the dtype: .double() and .to(torch.bfloat16) give outputs of that dtype       -> "float64", "bfloat16"
-# 4. the statistics are not parameters: parameters() is the read-out's weight and bias     -> "not parameters" (+ public)
+# 1. the same function as Standardize: (x - mean) / std, the read-out self.readout, plus 1, for any
+#    number of features and any batch (1 too), statistics given as lists or tuples, floats or ints
+# 2. runs on the device the module and its input were moved to (.to(device))
+# 3. follows the dtype: .double(), .to(torch.bfloat16), and any other (float16, float32), by .to(dtype)
+#    or its shorthand
+# 4. the statistics are not parameters: parameters() is the read-out's weight and bias
 
-def observe_agnostic_sizes(ns):
+DTYPES = {"float32": 2.0 ** -23, "float64": 2.0 ** -23, "bfloat16": 2.0 ** -8, "float16": 2.0 ** -11}
+# float64 keeps the float32 tolerance: statistics stored as float32 and then moved are as right as float64 ones
+
+
+def reference_standardize(config):
+    """Standardize's output for ``config`` (inputs and weights first rounded to its dtype), in float64,
+    with the tolerance that dtype allows: ``(outputs, tolerances)``."""
+    dtype = getattr(torch, config["dtype"])
+
+    def held(values):
+        return torch.tensor(values, dtype=torch.float64).to(dtype).double()
+
+    x, mean, std = held(config["x"]), held(config["mean"]), held(config["std"])
+    weight, bias = held(config["weight"]), float(held([config["bias"]])[0])
+    terms = (x - mean) / std * weight
+    out = terms.sum(1) + bias + 1
+    eps = DTYPES[config["dtype"]]
+    scale = terms.abs().sum(1) + abs(bias) + 1
+    return out.tolist(), (16 * eps * scale + 1e-5).tolist()
+
+
+def _agnostic_config(rng, dtype="float32", device="cpu", features=None, batch=None):
+    features = features or rng.choice([1, 1, 2, 3, 5, 7, rng.randint(1, 16)])
+    batch = batch or rng.choice([1, 1, 2, 4, 13, rng.randint(1, 32)])
+    ints = rng.random() < 0.25  # statistics given as ints: torch.tensor makes int64 of them
+    mean = [rng.randint(-3, 3) if ints else round(rng.uniform(-3, 3), 4) for _ in range(features)]
+    std = [rng.randint(1, 4) if ints else round(rng.uniform(0.25, 4.25), 4) for _ in range(features)]
+    return {"mean": mean, "std": std, "as": rng.choice(["list", "list", "tuple"]),
+            "x": [[round(rng.uniform(-3, 3), 4) for _ in range(features)] for _ in range(batch)],
+            "weight": [round(rng.uniform(-1, 1), 4) for _ in range(features)], "bias": round(rng.uniform(-1, 1), 4),
+            "dtype": dtype, "device": device, "move": rng.choice(["to", "shorthand"])}
+
+
+def draw_agnostic_sizes(rng):
+    """1 feature, a batch of 1, both at once, then drawn sizes: float32 on the CPU."""
+    return ([_agnostic_config(rng, features=1, batch=4), _agnostic_config(rng, features=7, batch=1),
+             _agnostic_config(rng, features=1, batch=1)] + [_agnostic_config(rng) for _ in range(4)])
+
+
+def _draw_dtype(dtype):
+    def draw(rng):
+        return [_agnostic_config(rng, dtype) for _ in range(4)]
+    draw.__name__ = f"draw_agnostic_{dtype}"
+    return draw
+
+
+def draw_agnostic_meta(rng):
+    """The meta device (no data: a tensor left on the CPU fails), with float64 and with drawn dtypes."""
+    return [_agnostic_config(rng, "float64", "meta")] + [_agnostic_config(rng, rng.choice(list(DTYPES)), "meta")
+                                                          for _ in range(3)]
+
+
+def observe_agnostic_drawn(ns, configs):
+    """Build AgnosticStandardize from each config's statistics, set its read-out's weights, move it to the
+    config's device and dtype (by .to or the shorthand: .double(), .half(), .bfloat16(), .float()), and run
+    it on an input there: the output's dtype, device, shape and values, and the module's parameter names."""
     import torch
     from gpucourse.checks import answer
 
-    g = torch.Generator().manual_seed(63)
-    record = {}
-    for features, batch in ((1, 4), (7, 1), (3, 13)):
-        mean = (torch.randn(features, generator=g) * 3).tolist()
-        std = (torch.rand(features, generator=g) * 4 + 0.25).tolist()
-        torch.manual_seed(features)
-        model = answer(ns, "AgnosticStandardize")(mean, std)
-        x = torch.randn(batch, features, generator=g) * 2 + 1
-        key = f"{features} feature(s), a batch of {batch}"
+    cls = answer(ns, "AgnosticStandardize")
+    found = []
+    for c in configs:
+        mean, std = (c["mean"], c["std"]) if c["as"] == "list" else (tuple(c["mean"]), tuple(c["std"]))
         try:
-            out = model(x)
-            record[key] = {"shape": list(out.shape), "out": out.detach().double().reshape(-1).tolist(),
-                           "readout": {"weight": model.readout.weight.detach().double().reshape(-1).tolist(),
-                                       "bias": model.readout.bias.detach().double().reshape(-1).tolist()}}
+            model = cls(mean, std)
+            with torch.no_grad():
+                model.readout.weight.copy_(torch.tensor([c["weight"]]))
+                model.readout.bias.fill_(c["bias"])
+            names = sorted(name for name, _ in model.named_parameters())
+            dtype = getattr(torch, c["dtype"])
+            if c["move"] == "shorthand":
+                model = getattr(model, {"float64": "double", "float16": "half", "bfloat16": "bfloat16",
+                                        "float32": "float"}[c["dtype"]])()
+                model = model.to(c["device"])
+            else:
+                model = model.to(c["device"], dtype)
+            out = model(torch.tensor(c["x"], dtype=dtype).to(c["device"]))
+            found.append({"dtype": str(out.dtype).removeprefix("torch."), "device": out.device.type,
+                          "shape": list(out.shape), "parameters": names,
+                          "out": None if out.device.type == "meta" else out.detach().double().reshape(-1).tolist()})
         except Exception as error:
-            record[key] = f"{type(error).__name__}: {str(error)[:200]}"
-    return record
+            found.append({"error": f"{type(error).__name__}: {str(error)[:200]}"})
+    return found
 
 
-def agnostic_size_inputs():
-    """observe_agnostic_sizes' inputs, rebuilt here: key -> (mean, std, x, batch)."""
-    import torch
-    g = torch.Generator().manual_seed(63)
-    inputs = {}
-    for features, batch in ((1, 4), (7, 1), (3, 13)):
-        mean = (torch.randn(features, generator=g) * 3).tolist()
-        std = (torch.rand(features, generator=g) * 4 + 0.25).tolist()
-        x = (torch.randn(batch, features, generator=g) * 2 + 1).double().tolist()
-        inputs[f"{features} feature(s), a batch of {batch}"] = (mean, std, x, batch)
-    return inputs
+def _moved(c):
+    how = (f".to({c['device']!r}, torch.{c['dtype']})" if c["move"] == "to" else
+           {"float64": ".double()", "float16": ".half()", "bfloat16": ".bfloat16()", "float32": ".float()"}[c["dtype"]]
+           + (f".to({c['device']!r})" if c["device"] != "cpu" else ""))
+    return f"{len(c['mean'])} feature(s), a batch of {len(c['x'])}, after {how} with a torch.{c['dtype']} input"
 
 
-def judge_agnostic_sizes(d):
-    inputs = agnostic_size_inputs()
-    if sorted(d) != sorted(inputs):
-        return "not every size was tried"
-    for key, (mean, std, x, batch) in inputs.items():
-        value = d[key]
-        if not isinstance(value, dict):
-            return f"with {key}: {value}"
-        if value["shape"] != [batch, 1]:
-            return f"with {key} the output has shape {value['shape']}"
-        if not outputs_close(value["out"], standardize_expected(x, mean, std, value["readout"]), 1e-4, 1e-5):
-            return f"with {key} the output is not (x - mean) / std, the read-out, plus 1"
-    return None
-
-
-def observe_agnostic_dtypes(ns):
-    import torch
-    from gpucourse.checks import answer
-
-    g = torch.Generator().manual_seed(64)
-    mean, std = [0.5, -1.5, 2.0, 0.0, 3.0], [0.5, 2.0, 1.5, 1.0, 0.75]
-    record = {}
-    for dtype, atol in ((torch.float64, 1e-6), (torch.bfloat16, 0.1)):
-        torch.manual_seed(4)
-        model = answer(ns, "AgnosticStandardize")(mean, std)
-        x = torch.randn(6, 5, generator=g)
-        readout = {"weight": model.readout.weight.detach().double().reshape(-1).tolist(),
-                   "bias": model.readout.bias.detach().double().reshape(-1).tolist()}
-        try:
-            moved = model.to(dtype)
-            out = moved(x.to(dtype))
-            record[str(dtype)] = {"dtype": str(out.dtype), "device": str(out.device), "shape": list(out.shape),
-                                  "out": out.detach().double().reshape(-1).tolist(), "readout": readout}
-        except Exception as error:
-            record[str(dtype)] = f"{type(error).__name__}: {str(error)[:200]}"
-    return record
-
-
-def judge_agnostic_dtype(d, dtype):
-    import torch
-    value = d[dtype]
-    if not isinstance(value, dict):
-        return f"after .to({dtype}) with a {dtype} input: {value}"
-    if value["dtype"] != dtype:
-        return f"after .to({dtype}) with a {dtype} input the output is {value['dtype']}: new tensors must follow the input's dtype"
-    g = torch.Generator().manual_seed(64)  # observe_agnostic_dtypes' inputs: float64 first, then bfloat16
-    xs = {name: torch.randn(6, 5, generator=g) for name in ("torch.float64", "torch.bfloat16")}
-    cast = getattr(torch, dtype.removeprefix("torch."))
-    x = xs[dtype].to(cast).double().tolist()
-    readout = {k: torch.tensor(v).to(cast).double().tolist() for k, v in value["readout"].items()}
-    atol, rtol = (1e-6, 1e-6) if dtype == "torch.float64" else (0.1, 0.02)
-    want = standardize_expected(x, [0.5, -1.5, 2.0, 0.0, 3.0], [0.5, 2.0, 1.5, 1.0, 0.75], readout)
-    if value["shape"] != [6, 1] or not outputs_close(value["out"], want, atol, rtol):
-        return f"after .to({dtype}) the output is not (x - mean) / std, the read-out, plus 1"
-    return None
-
-
-def observe_agnostic_meta(ns):
-    import torch
-    from gpucourse.checks import answer
-
-    model = answer(ns, "AgnosticStandardize")([0.0, 1.0], [1.0, 3.0])
-    try:
-        moved = model.to("meta", torch.float64)
-        out = moved(torch.randn(3, 2, device="meta", dtype=torch.float64))
-        return {"device": str(out.device), "dtype": str(out.dtype), "shape": list(out.shape)}
-    except Exception as error:
-        return f"{type(error).__name__}: {str(error)[:200]}"
-
-
-def judge_agnostic_meta(d):
-    if d != {"device": "meta", "dtype": "torch.float64", "shape": [3, 1]}:
-        return f"after .to('meta', torch.float64) with an input there: {d}"
-    return None
-
-
-def observe_agnostic_parameters(ns):
-    from gpucourse.checks import answer
-    model = answer(ns, "AgnosticStandardize")([1.0, 2.0, 3.0, 4.0], [1.0, 1.0, 2.0, 2.0])
-    return {"names": sorted(name for name, _ in model.named_parameters()),
-            "count": sum(1 for _ in model.parameters())}
-
-
-def judge_agnostic_parameters(d):
-    if d["names"] != ["readout.bias", "readout.weight"] or d["count"] != 2:
-        return f"parameters() must hold the read-out's weight and bias only, not the statistics (even frozen); got {d['names']}"
-    return None
+def judge_agnostic(parameters_only=False):
+    def judge(found, configs):
+        if not isinstance(found, list) or len(found) != len(configs):
+            return "not every module was tried"
+        for c, d in zip(configs, found):
+            where = _moved(c)
+            if "error" in d:
+                return f"{where}: {d['error']}"
+            if parameters_only:
+                if d["parameters"] != ["readout.bias", "readout.weight"]:
+                    return ("parameters() must hold the read-out's weight and bias only, not the statistics (even "
+                            f"frozen); got {d['parameters']}")
+                continue
+            if d["dtype"] != c["dtype"]:
+                return f"{where} the output is torch.{d['dtype']}: new tensors must follow the input's dtype"
+            if d["device"] != c["device"]:
+                return f"{where} the output is on {d['device']}: new tensors must follow the input's device"
+            if d["shape"] != [len(c["x"]), 1]:
+                return f"{where} the output has shape {d['shape']}"
+            if d["out"] is not None:
+                want, tolerance = reference_standardize(c)
+                if len(d["out"]) != len(want) or not all(abs(g - w) <= t for g, w, t in zip(d["out"], want, tolerance)):
+                    return f"{where} the output is not (x - mean) / std, the read-out, plus 1"
+        return None
+    return judge
 
 
 # --- picklable ----------------------------------------------------------------------------------
-# 1. a LightningModule with the same net (nn.Linear(4, 1))                                  -> "a LightningModule"
-# 2. noise defaults to 0.1                                                                  -> "noise=0.1 by default"
-# 3. augment(x) returns x + noise * torch.randn_like(x)                                     -> "other noise levels" (+ public)
-# 4. the same training_step: MSE of net(augment(x)).squeeze(-1) against y                   -> "other noise levels" (+ public)
-# 5. the same optimizer: SGD, lr 0.05, over the module's parameters                         -> "the same optimizer"
-# 6. it pickles as ddp_spawn pickles it, and the copy behaves the same (its own noise too)  -> "other noise levels",
-#                                                                                              "each module keeps its own noise"
+# 1. a LightningModule with the same net (nn.Linear(4, 1))
+# 2. noise defaults to 0.1
+# 3. augment(x) returns x + noise * torch.randn_like(x), for any noise (an int, 0, large), given by
+#    name or by position; the noise made like x (its dtype, its device)
+# 4. the same training_step: MSE of net(augment(x)).squeeze(-1) against y
+# 5. the same optimizer: SGD, lr 0.05, over the module's parameters
+# 6. it pickles as ddp_spawn pickles it, and the copy behaves the same (its own noise too)
+
+def reference_augment(x, noise, seed, dtype="float32"):
+    """x + noise * torch.randn_like(x), the noise drawn after torch.manual_seed(seed), as float64 values."""
+    x = torch.tensor(x, dtype=getattr(torch, dtype))
+    draw = torch.randn(x.shape, dtype=x.dtype, generator=torch.Generator().manual_seed(seed))
+    return (x + noise * draw).double().reshape(-1).tolist()
+
+
+def reference_loss(run):
+    """NoisyRegressor's training_step on ``run``'s batch, net weights and seed."""
+    x = torch.tensor(run["x"], dtype=torch.float32)
+    noise = 0.1 if run["how"] == "default" else run["noise"]
+    noisy = (x + noise * torch.randn(x.shape, generator=torch.Generator().manual_seed(run["loss_seed"]))).double()
+    weight = torch.tensor(run["weight"], dtype=torch.float32).double().reshape(1, 4)
+    bias = float(torch.tensor(run["bias"], dtype=torch.float32))
+    return float(((noisy @ weight.T + bias).squeeze(-1) - torch.tensor(run["y"], dtype=torch.float32).double()).pow(2).mean())
+
+
+def _noise_run(rng, noise=None, how=None, dtype="float32", device="cpu"):
+    if noise is None:
+        noise = rng.choice([round(rng.uniform(0.05, 4.0), 3), rng.randint(1, 5), 0, 0.0, round(rng.uniform(10, 500), 2)])
+    how = how or rng.choice(["name", "position"])
+    n = rng.randint(1, 8)
+    return {"noise": noise, "how": how, "dtype": dtype, "device": device,
+            "x": [[round(rng.uniform(-3, 3), 4) for _ in range(4)] for _ in range(n)],
+            "y": [round(rng.uniform(-2, 2), 4) for _ in range(n)],
+            "weight": [round(rng.uniform(-1, 1), 4) for _ in range(4)], "bias": round(rng.uniform(-1, 1), 4),
+            "seed": rng.randrange(10 ** 6), "loss_seed": rng.randrange(10 ** 6)}
+
+
+def draw_picklable_default(rng):
+    return [_noise_run(rng, how="default") for _ in range(3)]
+
+
+def draw_picklable_levels(rng):
+    """Drawn noise levels (floats, ints, large ones), by name and by position."""
+    return [_noise_run(rng, noise=round(rng.uniform(0.05, 4.0), 3)), _noise_run(rng, noise=rng.randint(1, 5), how="position")] + [
+        _noise_run(rng) for _ in range(2)]
+
+
+def draw_picklable_no_noise(rng):
+    return [_noise_run(rng, noise=0.0, how="name"), _noise_run(rng, noise=0, how="position")]
+
+
+def draw_picklable_like_x(rng):
+    """augment on float64 and float16 input, and on the meta device (no data: a noise made on the CPU fails)."""
+    return [_noise_run(rng, dtype="float64"), _noise_run(rng, dtype="float16", noise=round(rng.uniform(0.05, 2), 2)),
+            _noise_run(rng, dtype=rng.choice(["float32", "float64"]), device="meta")]
+
+
+def observe_picklable_runs(ns, runs):
+    """Per run: build SpawnSafeRegressor (noise left out, by name or by position), set net's weights, pickle it
+    as ddp_spawn does; augment x with the original and the copy (after torch.manual_seed(seed)), and (float32
+    on the CPU) training_step's loss after torch.manual_seed(loss_seed)."""
+    import pickle
+    from multiprocessing.reduction import ForkingPickler
+
+    import torch
+    from gpucourse.checks import answer
+
+    cls = answer(ns, "SpawnSafeRegressor")
+    found = []
+    for run in runs:
+        model = cls() if run["how"] == "default" else cls(run["noise"]) if run["how"] == "position" else cls(noise=run["noise"])
+        with torch.no_grad():
+            model.net.weight.copy_(torch.tensor([run["weight"]]))
+            model.net.bias.fill_(run["bias"])
+        try:
+            clone = pickle.loads(bytes(ForkingPickler.dumps(model)))  # what ddp_spawn does to your module
+        except Exception as error:
+            found.append({"pickled": f"{type(error).__name__}: {str(error)[:200]}"})
+            continue
+        x = torch.tensor(run["x"], dtype=getattr(torch, run["dtype"])).to(run["device"])
+        record = {"pickled": "ok", "same_weights": bool(torch.equal(model.net.weight, clone.net.weight))}
+        for name, m in (("original", model), ("unpickled", clone)):
+            torch.manual_seed(run["seed"])
+            try:
+                out = torch.as_tensor(m.augment(x))
+                record[name] = {"dtype": str(out.dtype).removeprefix("torch."), "device": out.device.type,
+                                "shape": list(out.shape),
+                                "values": None if out.device.type == "meta" else out.detach().double().reshape(-1).tolist()}
+            except Exception as error:
+                record[name] = f"{type(error).__name__}: {str(error)[:200]}"
+        if run["dtype"] == "float32" and run["device"] == "cpu":
+            torch.manual_seed(run["loss_seed"])
+            loss = model.training_step((x, torch.tensor(run["y"])), 0)
+            record["loss"] = float(torch.as_tensor(loss).detach().reshape(-1)[0])
+        found.append(record)
+    return found
+
+
+def judge_picklable_runs(found, runs):
+    if not isinstance(found, list) or len(found) != len(runs):
+        return "not every noise level was tried"
+    for run, d in zip(runs, found):
+        noise = 0.1 if run["how"] == "default" else run["noise"]
+        made = ("SpawnSafeRegressor()" if run["how"] == "default" else f"SpawnSafeRegressor({noise!r})"
+                if run["how"] == "position" else f"SpawnSafeRegressor(noise={noise!r})")
+        where = f"{made}, a {run['dtype']} input on {run['device']} of {len(run['x'])} rows"
+        if d["pickled"] != "ok":
+            return f"{where}: pickling the module failed, as it would under ddp_spawn: {d['pickled']}"
+        want = None if run["device"] == "meta" else reference_augment(run["x"], noise, run["seed"], run["dtype"])
+        tolerance = {"float64": (1e-12, 1e-12), "float32": (1e-6, 1e-5), "float16": (1e-3, 1e-3)}[run["dtype"]]
+        for name in ("original", "unpickled"):
+            got = d[name]
+            if isinstance(got, str):
+                return f"{where}: augment(x) raised {got}: the noise made like x (torch.randn_like) follows its device"
+            if got["dtype"] != run["dtype"] or got["device"] != run["device"] or got["shape"] != [len(run["x"]), 4]:
+                return (f"{where}: augment(x) gave a torch.{got['dtype']} tensor on {got['device']} of shape {got['shape']}: "
+                        f"the noise made like x (torch.randn_like) keeps x's dtype, device and shape")
+            if want is not None and not outputs_close(got["values"], want, *tolerance):
+                if name == "original":
+                    return f"{where}: augment(x) is not x + noise * torch.randn_like(x)"
+                return f"{where}: after a pickle round trip the module behaves differently"
+        if not d["same_weights"]:
+            return f"{where}: after a pickle round trip the module behaves differently"
+        if "loss" in d:
+            reference = reference_loss(run)
+            if not abs(d["loss"] - reference) <= 1e-5 * max(1.0, abs(reference)):
+                return f"{where}: training_step's loss differs from NoisyRegressor's"
+    return None
+
 
 def observe_picklable_module(ns):
     import torch
@@ -167,52 +292,14 @@ def judge_picklable_module(d):
     return None
 
 
-def observe_picklable_default(ns):
-    import torch
-    from gpucourse.checks import answer
-    model = answer(ns, "SpawnSafeRegressor")()
-    x = torch.randn(5, 4, generator=torch.Generator().manual_seed(70))
-    torch.manual_seed(7)
-    return torch.as_tensor(model.augment(x)).detach().double().reshape(-1).tolist()
+def draw_own_noise(rng):
+    """Two modules of different noise levels, made one after the other, and their pickled copies."""
+    quiet, loud = round(rng.uniform(0.001, 0.05), 4), rng.choice([round(rng.uniform(2, 9), 3), rng.randint(2, 9)])
+    return {"levels": [quiet, loud] if rng.random() < 0.5 else [loud, quiet], "rows": rng.randint(1, 6),
+            "seed": rng.randrange(10 ** 6)}
 
 
-def judge_picklable_default(d):
-    import torch
-    x = torch.randn(5, 4, generator=torch.Generator().manual_seed(70))
-    want = (x + 0.1 * torch.randn(5, 4, generator=torch.Generator().manual_seed(7))).double().reshape(-1).tolist()
-    return None if outputs_close(d, want, 1e-6, 1e-5) else "SpawnSafeRegressor() must augment with noise 0.1, like NoisyRegressor()"
-
-
-def observe_picklable_levels(ns):
-    import random
-    from gpucourse.checks.lesson06 import observe_picklable
-    rng = random.Random(65)
-    return [observe_picklable(ns, noise=round(rng.uniform(0.05, 4.0), 3)) for _ in range(2)]
-
-
-def picklable_levels():
-    import random
-    rng = random.Random(65)  # observe_picklable_levels' noise levels
-    return [round(rng.uniform(0.05, 4.0), 3) for _ in range(2)]
-
-
-def judge_picklable_levels(d):
-    levels = picklable_levels()
-    if len(d) != len(levels):
-        return "not every noise level was tried"
-    for record, noise in zip(d, levels):
-        verdict = judge_picklable(record, noise)
-        if verdict:
-            return verdict
-    return None
-
-
-def observe_picklable_no_noise(ns):
-    from gpucourse.checks.lesson06 import observe_picklable
-    return observe_picklable(ns, noise=0.0)
-
-
-def observe_own_noise(ns):
+def observe_own_noise(ns, inputs):
     import pickle
     from multiprocessing.reduction import ForkingPickler
 
@@ -220,23 +307,24 @@ def observe_own_noise(ns):
     from gpucourse.checks import answer
 
     cls = answer(ns, "SpawnSafeRegressor")
-    quiet, loud = cls(noise=0.01), cls(noise=3.0)
-    clones = [pickle.loads(bytes(ForkingPickler.dumps(m))) for m in (quiet, loud)]
-    x = torch.zeros(2000, 4)
-    stds = []
-    for m in (quiet, loud, *clones):
-        torch.manual_seed(3)
-        stds.append(round(float(m.augment(x).std()), 3))
-    return stds
+    first, second = (cls(noise=level) for level in inputs["levels"])
+    clones = [pickle.loads(bytes(ForkingPickler.dumps(m))) for m in (first, second)]
+    x = torch.zeros(inputs["rows"], 4)
+    outs = []
+    for m in (first, second, *clones):
+        torch.manual_seed(inputs["seed"])
+        outs.append(torch.as_tensor(m.augment(x)).detach().double().reshape(-1).tolist())
+    return outs
 
 
-def judge_own_noise(d):
-    if len(d) != 4 or not all(isinstance(v, float) for v in d):
-        return "four noise levels expected"
-    quiet, loud, quiet_clone, loud_clone = d
-    if not (abs(quiet - 0.01) < 0.002 and abs(loud - 3.0) < 0.3):
-        return "with noise=0.01 and noise=3.0, augment does not add each module's own level of noise"
-    if (quiet_clone, loud_clone) != (quiet, loud):
+def judge_own_noise(outs, inputs):
+    if not isinstance(outs, list) or len(outs) != 4:
+        return "four modules expected"
+    first, second = (reference_augment([[0.0] * 4] * inputs["rows"], level, inputs["seed"]) for level in inputs["levels"])
+    levels = inputs["levels"]
+    if not (outputs_close(outs[0], first, 1e-6, 1e-5) and outputs_close(outs[1], second, 1e-6, 1e-5)):
+        return f"with noise={levels[0]} and then noise={levels[1]}, augment does not add each module's own level of noise"
+    if not (outputs_close(outs[2], first, 1e-6, 1e-5) and outputs_close(outs[3], second, 1e-6, 1e-5)):
         return "after a pickle round trip a module augments with another noise level"
     return None
 
@@ -267,137 +355,218 @@ def judge_optimizer(d):
 
 
 # --- effective_batch ------------------------------------------------------------------------------
-# 1. samples per optimizer step: batch_size x devices x num_nodes x accumulate_grad_batches,
-#    for ddp, ddp_spawn, ddp_notebook, fsdp and deepspeed                          -> "every strategy of the table"
-# 2. defaults num_nodes=1, strategy="ddp", accumulate_grad_batches=1, in that order -> "positional arguments and defaults"
-# 3. an int                                                                       -> "every strategy of the table"
-# 4. ValueError for any other strategy, the removed ones included                 -> "other and removed strategies"
-# 5. ValueError for a batch size, device count, node count or accumulation below 1 -> "values below 1"
-# 6. scaled_learning_rate: the linear rule, base_lr x effective / base_batch       -> "the linear scaling rule"
-# 7. scaled_learning_rate returns a float                                         -> "the linear scaling rule"
+# 1. samples per optimizer step: batch_size x devices x num_nodes x accumulate_grad_batches, for ddp,
+#    ddp_spawn, ddp_notebook, fsdp and deepspeed; any counts (NumPy ints, integers above 2**53)
+# 2. defaults num_nodes=1, strategy="ddp", accumulate_grad_batches=1, in that order (by position or name)
+# 3. an int
+# 4. ValueError for any other strategy: the removed ones, "" (not another case of a table name: Lightning
+#    lowers the case of a strategy's name itself, so the text leaves "DDP" open)
+# 5. ValueError for a batch size, device count, node count or accumulation below 1 (0, negative, 0.5)
+# 6. scaled_learning_rate: the linear rule, base_lr x effective / base_batch (a rate of 0 too)
+# 7. scaled_learning_rate returns a float
 
 STRATEGIES = ("ddp", "ddp_spawn", "ddp_notebook", "fsdp", "deepspeed")
 
 
-def observe_batch_strategies(ns):
-    import random
-    from gpucourse.checks.lesson06 import observe_batch
-    rng = random.Random(66)
-    cases = [{"batch_size": 1, "devices": 1, "num_nodes": 1, "strategy": "fsdp", "accumulate_grad_batches": 1}]
-    for strategy in ("ddp", "ddp_spawn", "ddp_notebook", "fsdp", "deepspeed"):
-        for _ in range(2):
-            cases.append({"batch_size": rng.randint(1, 96), "devices": rng.randint(1, 8), "num_nodes": rng.randint(1, 12),
-                          "strategy": strategy, "accumulate_grad_batches": rng.randint(1, 9)})
-    return {"cases": cases, **observe_batch(ns, cases, [])}
+def reference_effective_batch_size(batch_size, devices, num_nodes=1, strategy="ddp", accumulate_grad_batches=1):
+    if strategy not in STRATEGIES:
+        raise ValueError(f"strategy {strategy!r}")
+    if min(batch_size, devices, num_nodes, accumulate_grad_batches) < 1:
+        raise ValueError("a count below 1")
+    return int(batch_size) * int(devices) * int(num_nodes) * int(accumulate_grad_batches)
 
 
-def batch_strategy_cases():
-    """observe_batch_strategies' cases, rebuilt here (the same seed)."""
-    import random
-    rng = random.Random(66)
-    cases = [{"batch_size": 1, "devices": 1, "num_nodes": 1, "strategy": "fsdp", "accumulate_grad_batches": 1}]
+def reference_scaled_learning_rate(base_lr, base_batch_size, effective_batch_size):
+    return float(base_lr * effective_batch_size / base_batch_size)
+
+
+def _count(rng, big=False):
+    import numpy
+
+    value = rng.choice([1, 1, 2, 3, 8, rng.randint(1, 96)] + ([2 ** 53 + rng.randint(1, 999)] if big else []))
+    return numpy.int64(value) if value < 2 ** 31 and rng.random() < 0.2 else value
+
+
+def _batch_call(rng, strategy=None, **fixed):
+    """A call with every factor drawn (or ``fixed``), the optional ones left out, by position or by name."""
+    values = {"batch_size": _count(rng, big=True), "devices": _count(rng), "num_nodes": _count(rng),
+              "strategy": strategy or rng.choice(STRATEGIES), "accumulate_grad_batches": _count(rng)}
+    values.update(fixed)
+    if any(type(v) is int and v > 2 ** 31 for v in values.values()):  # no NumPy int next to a big one: int64 would overflow
+        values = {k: int(v) if hasattr(v, "dtype") else v for k, v in values.items()}
+    order = ["batch_size", "devices", "num_nodes", "strategy", "accumulate_grad_batches"]
+    defaults = {"num_nodes": 1, "strategy": "ddp", "accumulate_grad_batches": 1}
+    positional = rng.randint(2, 5)
+    args = [values[k] for k in order[:positional]]
+    kwargs = {k: values[k] for k in order[positional:] if not (values[k] == defaults.get(k, object()) and rng.random() < 0.5)
+              or k not in defaults}
+    return call(*args, **kwargs)
+
+
+def draw_batch_strategies(rng):
+    calls = [call(1, 1, 1, "fsdp", 1), call(7, 8, num_nodes=10, strategy="ddp_spawn"), call(2 ** 53 + 1, 3, strategy="deepspeed")]
     for strategy in STRATEGIES:
-        for _ in range(2):
-            cases.append({"batch_size": rng.randint(1, 96), "devices": rng.randint(1, 8), "num_nodes": rng.randint(1, 12),
-                          "strategy": strategy, "accumulate_grad_batches": rng.randint(1, 9)})
-    return cases
+        calls += [_batch_call(rng, strategy) for _ in range(2)]
+    return calls
 
 
-def judge_batch_strategies(d):
-    cases = batch_strategy_cases()
-    want = [c["batch_size"] * c["devices"] * c["num_nodes"] * c["accumulate_grad_batches"] for c in cases]
-    return judge_batch(d, want, [], cases)
+def draw_batch_positional(rng):
+    calls = [call(5, 3), call(5, 3, 2), call(4, 2, 3, "fsdp"), call(4, 2, 3, "deepspeed", 6), call(9, 1, 1, "ddp_spawn", 1),
+             call(6, 2, accumulate_grad_batches=3), call(6, 4, strategy="ddp_notebook")]
+    return calls + [_batch_call(rng) for _ in range(5)]
 
 
-def observe_batch_positional(ns):
-    from gpucourse.checks.lesson06 import observe_batch
-    cases = [[5, 3], [5, 3, 2], [4, 2, 3, "fsdp"], [4, 2, 3, "deepspeed", 6], [9, 1, 1, "ddp_spawn", 1]]
-    return {"cases": cases, **observe_batch(ns, cases, [])}
+REMOVED = ["dp", "ddp2", "horovod", "ddp_sharded", "ddp_cpu", "ddp_fully_sharded", "tpu_spawn", "single_device",
+           "fsdp_native", ""]
 
 
-POSITIONAL_CASES = [[5, 3], [5, 3, 2], [4, 2, 3, "fsdp"], [4, 2, 3, "deepspeed", 6], [9, 1, 1, "ddp_spawn", 1]]
+def draw_batch_strategy_names(rng):
+    calls = [call(8, 2, 1, "dp"), call(8, 4, 3, "dp", 2), call(8, 2, strategy="ddp2")]
+    return calls + [_batch_call(rng, strategy=rng.choice(REMOVED)) for _ in range(6)]
 
 
-def judge_batch_positional(d):
-    return judge_batch(d, [15, 30, 24, 144, 9], [], POSITIONAL_CASES)
+def draw_batch_below_one(rng):
+    """Each count at 0, negative, 0.5 (the others valid), and every count at exactly 1."""
+    import numpy
+
+    names = ["batch_size", "devices", "num_nodes", "accumulate_grad_batches"]
+    calls = [call(1, 1, 1, "ddp", 1), call(3, 2, num_nodes=1), call(3, 2, accumulate_grad_batches=1)]
+    for name in names:
+        for value in (0, -1, 0.5, rng.choice([-rng.randint(2, 100), numpy.int64(0), -0.25])):
+            calls.append(_batch_call(rng, **{name: value}))
+    return calls
 
 
-def observe_batch_strategy_names(ns):
-    from gpucourse.checks.lesson06 import observe_batch
-    cases = [{"batch_size": 8, "devices": 2, "num_nodes": 1, "strategy": s}
-             for s in ("dp", "ddp2", "horovod", "ddp_sharded", "ddp_cpu", "single_device", "fsdp_native", "")]
-    cases.append({"batch_size": 8, "devices": 4, "num_nodes": 3, "strategy": "dp", "accumulate_grad_batches": 2})
-    return {"cases": cases, **observe_batch(ns, cases, [])}
+def draw_lr_rule(rng):
+    import numpy
 
-
-def observe_batch_below_one(ns):
-    from gpucourse.checks.lesson06 import observe_batch
-    base = {"batch_size": 3, "devices": 2, "num_nodes": 2, "strategy": "ddp", "accumulate_grad_batches": 2}
-    cases = [dict(base, **{name: value}) for name in ("batch_size", "devices", "num_nodes", "accumulate_grad_batches")
-             for value in (0, -1, -4)]
-    cases += [dict(base, batch_size=1, devices=1, num_nodes=1, accumulate_grad_batches=1),
-              dict(base, devices=1), dict(base, num_nodes=1), dict(base, accumulate_grad_batches=1)]
-    return {"cases": cases, **observe_batch(ns, cases, [])}
-
-
-def judge_batch_below_one(d):
-    return judge_batch(d, ["ValueError"] * 12 + [1, 12, 12, 12], [], None)
-
-
-def observe_lr_rule(ns):
-    import random
-    from gpucourse.checks.lesson06 import observe_batch
-    rng = random.Random(67)
-    lr_cases = [{"base_lr": 1, "base_batch_size": 3, "effective_batch_size": 7},
-                {"base_lr": 0.05, "base_batch_size": 96, "effective_batch_size": 56},
-                [2e-3, 48, 80]]
+    calls = [call(1, 3, 7), call(0.05, 96, 56), call(2e-3, 48, 80), call(0, 8, 64), call(0.0, 256, 1024),
+             call(0.1, 256, 2 ** 53 + 1), call(0.1, numpy.int64(32), numpy.int64(96)), call(3, 4, 6)]
     for _ in range(4):
-        lr_cases.append({"base_lr": round(rng.uniform(1e-5, 0.5), 6), "base_batch_size": rng.randint(1, 512),
-                         "effective_batch_size": rng.randint(1, 4096)})
-    return {"lr_cases": lr_cases, **observe_batch(ns, [], lr_cases)}
+        calls.append(call(rng.choice([round(rng.uniform(1e-5, 0.5), 6), rng.randint(0, 3)]), rng.randint(1, 512),
+                          rng.choice([rng.randint(1, 4096), 2 ** 53 + rng.randint(1, 99)])))
+    return calls
 
 
-def lr_rule_cases():
-    """observe_lr_rule's cases, rebuilt here (the same seed)."""
-    import random
-    rng = random.Random(67)
-    lr_cases = [{"base_lr": 1, "base_batch_size": 3, "effective_batch_size": 7},
-                {"base_lr": 0.05, "base_batch_size": 96, "effective_batch_size": 56},
-                [2e-3, 48, 80]]
-    for _ in range(4):
-        lr_cases.append({"base_lr": round(rng.uniform(1e-5, 0.5), 6), "base_batch_size": rng.randint(1, 512),
-                         "effective_batch_size": rng.randint(1, 4096)})
-    return lr_cases
+def observe_batch_calls(ns, calls):
+    from gpucourse.checks import observe_calls
+
+    return observe_calls(ns, "effective_batch_size", calls)
 
 
-def judge_lr_rule(d):
-    cases = lr_rule_cases()
-    args = [c if isinstance(c, list) else [c["base_lr"], c["base_batch_size"], c["effective_batch_size"]] for c in cases]
-    return judge_batch(d, [], [lr * effective / base for lr, base, effective in args], None, cases)
+def observe_lr_calls(ns, calls):
+    from gpucourse.checks import observe_calls
+
+    return observe_calls(ns, "scaled_learning_rate", calls)
+
+
+def _plain(data):
+    """A described NumPy scalar as the Python number it holds (an int64 is "an int", a float64 "a float")."""
+    if isinstance(data, dict) and "__numpy__" in data:
+        value = rebuild(data)
+        if data["__numpy__"].startswith(("int", "uint")):
+            return int(value)
+        if data["__numpy__"].startswith("float"):
+            return describe(float(value))
+    return data
+
+
+def judge_numbers(reference, name, wrong_value):
+    """A judge of ``observe_calls`` outcomes: the answer's exception must be the reference's class; a number
+    must be of the reference's type (NumPy ints count as ints, NumPy floats as floats) and value."""
+    def judge(observed, calls):
+        if not isinstance(observed, list) or len(observed) != len(calls):
+            return f"{len(observed) if isinstance(observed, list) else 'no'} outcomes for {len(calls)} calls"
+        for spec, got in zip(calls, observed):
+            where = shown(spec, name)
+            want = outcome(reference, spec)
+            if not isinstance(got, dict) or ("returned" in got) == ("raised" in got):
+                return f"{where}: no outcome was reported"
+            if "raised" in want:
+                if "raised" not in got:
+                    return f"{where} returned {type_words(got['returned'])}; it must raise {want['raised'][0]}"
+                if want["raised"][0] not in got["raised"]:
+                    return f"{where} raised {got['raised'][0]}; it must raise {want['raised'][0]}"
+                continue
+            if "raised" in got:
+                return f"{where} raised {got['raised'][0]}"
+            value, expected = _plain(got["returned"]), want["returned"]
+            if type_words(value) != type_words(expected):
+                return f"{where} returned {type_words(value)}; it must return {type_words(expected)}"
+            if not same(value, expected, rel=1e-9, abs_tol=1e-15):
+                return f"{where} returned {rebuild(value)!r}, {wrong_value}"
+        return None
+    return judge
+
+
+JUDGE_BATCH = judge_numbers(reference_effective_batch_size, "effective_batch_size", "not the effective batch size")
+JUDGE_LR = judge_numbers(reference_scaled_learning_rate, "scaled_learning_rate", "not the linearly scaled rate")
+
+
+def _case(name, draw, observe, judge):
+    return Case(name, observe, judge, draw=draw)
 
 
 HIDDEN = {
     "device_agnostic": [
-        Case("other sizes: 1 and 7 features, a batch of 1", observe_agnostic_sizes, judge_agnostic_sizes),
-        Case("float64: dtype and values", observe_agnostic_dtypes, lambda d: judge_agnostic_dtype(d, "torch.float64")),
-        Case("bfloat16: dtype and values", observe_agnostic_dtypes, lambda d: judge_agnostic_dtype(d, "torch.bfloat16")),
-        Case("meta device and float64 at once", observe_agnostic_meta, judge_agnostic_meta),
-        Case("the statistics are not parameters", observe_agnostic_parameters, judge_agnostic_parameters),
+        _case("other sizes: drawn features and batches (1 of each too), statistics as lists, tuples or ints",
+              draw_agnostic_sizes, observe_agnostic_drawn, judge_agnostic()),
+        _case("float64: dtype and values", _draw_dtype("float64"), observe_agnostic_drawn, judge_agnostic()),
+        _case("bfloat16: dtype and values", _draw_dtype("bfloat16"), observe_agnostic_drawn, judge_agnostic()),
+        _case("float16: dtype and values", _draw_dtype("float16"), observe_agnostic_drawn, judge_agnostic()),
+        _case("meta device and float64 at once, other dtypes too", draw_agnostic_meta, observe_agnostic_drawn, judge_agnostic()),
+        _case("the statistics are not parameters", draw_agnostic_sizes, observe_agnostic_drawn, judge_agnostic(True)),
     ],
     "picklable": [
         Case("a LightningModule with NoisyRegressor's net", observe_picklable_module, judge_picklable_module),
-        Case("noise=0.1 by default", observe_picklable_default, judge_picklable_default),
-        Case("other noise levels, before and after pickling", observe_picklable_levels, judge_picklable_levels),
-        Case("noise=0: only the model", observe_picklable_no_noise, lambda d: judge_picklable(d, 0.0)),
-        Case("each module keeps its own noise, pickled or not", observe_own_noise, judge_own_noise),
+        _case("noise=0.1 by default", draw_picklable_default, observe_picklable_runs, judge_picklable_runs),
+        _case("other noise levels, before and after pickling (ints, by position)", draw_picklable_levels,
+              observe_picklable_runs, judge_picklable_runs),
+        _case("noise=0: only the model", draw_picklable_no_noise, observe_picklable_runs, judge_picklable_runs),
+        _case("float64, float16 and meta inputs: the noise made like x", draw_picklable_like_x, observe_picklable_runs,
+              judge_picklable_runs),
+        _case("each module keeps its own noise, pickled or not", draw_own_noise, observe_own_noise, judge_own_noise),
         Case("the same optimizer", observe_optimizer, judge_optimizer),
     ],
     "effective_batch": [
-        Case("every strategy of the table, with nodes and accumulation", observe_batch_strategies, judge_batch_strategies),
-        Case("positional arguments and defaults", observe_batch_positional, judge_batch_positional),
-        Case("other and removed strategies raise ValueError", observe_batch_strategy_names,
-             lambda d: judge_batch(d, ["ValueError"] * 9, [], None)),
-        Case("values below 1 raise ValueError, 1 is allowed", observe_batch_below_one, judge_batch_below_one),
-        Case("the linear scaling rule, as a float", observe_lr_rule, judge_lr_rule),
+        _case("every strategy of the table, with nodes and accumulation (NumPy ints, above 2**53)", draw_batch_strategies,
+              observe_batch_calls, JUDGE_BATCH),
+        _case("positional arguments and defaults", draw_batch_positional, observe_batch_calls, JUDGE_BATCH),
+        _case("other and removed strategies raise ValueError", draw_batch_strategy_names, observe_batch_calls, JUDGE_BATCH),
+        _case("values below 1 raise ValueError, 1 is allowed (0, negative, 0.5)", draw_batch_below_one, observe_batch_calls,
+              JUDGE_BATCH),
+        _case("the linear scaling rule, as a float", draw_lr_rule, observe_lr_calls, JUDGE_LR),
     ],
+}
+
+_A = [case.name for case in HIDDEN["device_agnostic"]]
+_P = [case.name for case in HIDDEN["picklable"]]
+_B = [case.name for case in HIDDEN["effective_batch"]]
+PUBLIC_AGNOSTIC = "same function; follows .to(device) and .double()"
+PUBLIC_PICKLE = "pickles like ddp_spawn does, and behaves the same"
+PUBLIC_BATCH = "the seed's examples and one with accumulation"
+CLAUSES = {
+    "device_agnostic": {
+        "the same function as Standardize: standardize, the read-out self.readout, add 1": [PUBLIC_AGNOSTIC, _A[0]],
+        "runs on whatever device the module and its input were moved to": [PUBLIC_AGNOSTIC, _A[4]],
+        "runs in whatever dtype: .double(), .to(torch.bfloat16), and others": [PUBLIC_AGNOSTIC, _A[1], _A[2], _A[3], _A[4]],
+        "the statistics are not parameters (parameters() is the read-out's weight and bias)": [PUBLIC_AGNOSTIC, _A[5]],
+    },
+    "picklable": {
+        "a LightningModule with the same net": [_P[0], PUBLIC_PICKLE],
+        "noise=0.1 by default": [_P[1]],
+        "augment(x) returns x + noise * torch.randn_like(x)": [PUBLIC_PICKLE, _P[2], _P[3], _P[4]],
+        "the same training_step": [PUBLIC_PICKLE, _P[2]],
+        "the same optimizer": [_P[6]],
+        "it can be pickled, and a pickled and unpickled copy behaves the same": [PUBLIC_PICKLE, _P[2], _P[5]],
+    },
+    "effective_batch": {
+        "effective_batch_size: samples per optimizer step for ddp, ddp_spawn, ddp_notebook, fsdp, deepspeed":
+            [PUBLIC_BATCH, _B[0]],
+        "num_nodes=1, strategy='ddp', accumulate_grad_batches=1 by default, in that order": [_B[1]],
+        "effective_batch_size returns an int": [_B[0], _B[1]],
+        "ValueError for any other strategy, the removed ones included": [_B[2]],
+        "ValueError for a batch size, device count, node count or accumulation below 1": [_B[3]],
+        "scaled_learning_rate: the linear scaling rule, a float": [PUBLIC_BATCH, _B[4]],
+    },
 }

@@ -1,17 +1,21 @@
 """Hidden checks for lesson 10 (beyond one machine). Never released; see lesson01's file for the form.
 
-The judges compare with what Lightning's SLURMEnvironment derives (restated below as
-lightning_slurm_ranks, held equal to the real one by tests/test_cluster.py; it is the exercise's answer,
-so it lives here, never in the released package) and read the scripts as sbatch does; the observers
-only call the student's functions. Observers repeat the job lists below (their source travels alone);
-a judge rebuilds the environments from the list and compares, so the two cannot drift apart unnoticed.
+Every case draws its inputs at grading time (``Case.draw``). ``slurm_ranks``: task environments (srun's
+variables, jobs of every shape, names, host lists, MASTER_ADDR), sent into the sandbox as plain data; the
+judge compares the answer with ``reference_slurm_ranks``, the text's rule, which exists here only (tests/
+test_cluster.py holds it and the restatement of Lightning below equal to Lightning's real SLURMEnvironment on
+every drawn environment). ``sbatch_for``: drawn shapes and commands; the scripts are read as sbatch and the
+shells would run them (``gpucourse.checks.lesson10.sbatch_problems``: where each variable is expanded, by the
+batch shell once or by each task's shell).
 """
 
 import re
 
+from autograders.differential import call
 from gpucourse.checks import Case
-from gpucourse.checks.lesson10 import build_jobs, judge_ranks, judge_sbatch_all
-
+from gpucourse.checks.lesson10 import RANK_KEYS, judge_sbatch_all
+from gpucourse.checks.values import rebuild, type_words
+from gpucourse.cluster import hostnames, srun_environments
 
 
 def lightning_slurm_ranks(env: dict) -> dict | None:
@@ -19,7 +23,8 @@ def lightning_slurm_ranks(env: dict) -> dict | None:
 
     Mirrors ``lightning_fabric.plugins.environments.slurm``: detected when SLURM_NTASKS is set and the
     job is not named "bash" or "interactive"; ranks and world size are read, not computed; the main
-    address is MASTER_ADDR if set, else the first host of SLURM_NODELIST.
+    address is MASTER_ADDR if set, else the first host of SLURM_NODELIST. (tests/test_cluster.py holds it
+    equal to the real one, and to ``reference_slurm_ranks`` on every drawn environment.)
     """
     if "SLURM_NTASKS" not in env or env.get("SLURM_JOB_NAME") in ("bash", "interactive"):
         return None
@@ -34,123 +39,209 @@ def lightning_slurm_ranks(env: dict) -> dict | None:
             "node_rank": int(env["SLURM_NODEID"]), "world_size": int(env["SLURM_NTASKS"]), "main_address": address}
 
 
-def judge_against_lightning(jobs, data, plain=()):
-    envs = build_jobs(jobs) + [dict(e) for e in plain]
-    return judge_ranks(envs, [lightning_slurm_ranks(env) for env in envs], data)
-
-
-# --- slurm_ranks ---------------------------------------------------------------------------
-# What the exercise states, and the case that tests it (the public case: 2 × 4, interactive, no SLURM):
+# What the exercise states, and the case that tests it (the public case: 2 x 4, interactive, no SLURM):
 #  1. None when the env has no SLURM_NTASKS, whatever other SLURM_* it has   -> "no SLURM_NTASKS"
-#  2. None for a job named exactly "bash" or "interactive"; any other name,
-#     or none at all, is a SLURM launch                                      -> "named bash or interactive"
+#  2. None for a job named exactly "bash" or "interactive"; any other name
+#     (another case, spaces, a longer name), or none at all, is SLURM         -> "named bash or interactive"
 #  3. global/local/node rank are SLURM_PROCID/LOCALID/NODEID, read (srun may
-#     place tasks cyclically), as ints                                       -> "generated job shapes"
-#  4. world_size is SLURM_NTASKS (not nodes × tasks per node), an int        -> "world size"
-#  5. main_address is MASTER_ADDR when it is set                             -> "MASTER_ADDR"
-#  6. else the first host of SLURM_NODELIST (the exercise hands out
-#     gpucourse.cluster.hostnames for the expansion, so this clause checks the
-#     choice of host, not parsing): gpu[017-018], node[003,007-009], gpu005,
-#     cn-a1,cn-b7 (and hosts with dashes, unpadded ranges)                   -> "first host"
-#  7. a dict with exactly those keys, ints and a str                         -> every case
+#     place tasks cyclically, or unevenly), as ints, of any size              -> "generated job shapes"
+#  4. world_size is SLURM_NTASKS (not nodes x tasks per node), an int        -> "generated job shapes"
+#  5. main_address is MASTER_ADDR when it is set (even empty)                -> "MASTER_ADDR"
+#  6. else the first host hostnames() gives for SLURM_NODELIST (not
+#     SLURM_JOB_NODELIST, not the host sorting first)                        -> "first host"
+#  7. a dict with those keys, ints and a str                                 -> every case
+# --- slurm_ranks: differential. Each case draws task environments at grading time (boundaries first, then
+# random jobs); the sandbox calls the answer on each and the judge compares with the reference below.
+# Not drawn (the text does not say what to do): SLURM_NTASKS set but SLURM_PROCID, SLURM_LOCALID or
+# SLURM_NODEID missing, and a SLURM task with neither MASTER_ADDR nor SLURM_NODELIST.
 
-# (nodes, tasks per node, srun_environments options, extra variables; None removes one): observers repeat these.
-SHAPES = [(1, 1, {"job_name": "single"}, {}),
-          (1, 8, {"prefix": "a100-", "numbers": [5]}, {}),
-          (3, 2, {"prefix": "node", "numbers": [3, 7, 8], "distribution": "cyclic", "job_id": 99120}, {}),
-          (2, 3, {"numbers": [40, 41], "job_id": 5550001}, {}),
-          (1, 1, {"job_id": 61}, {"SLURM_NTASKS_PER_NODE": None})]  # srun -n 1: no SLURM_NTASKS_PER_NODE
-ODD_PLACES = [(4, 4, {"numbers": [101, 102, 103, 110], "job_id": 8800123}, {"MASTER_ADDR": "10.0.0.5"}),
-              (1, 2, {"job_id": 12}, {"MASTER_ADDR": "login-3.cluster.example"}),
-              (2, 2, {"job_id": 31337}, {"SLURM_NODELIST": "cn-a1,cn-b7", "SLURM_JOB_NODELIST": "cn-a1,cn-b7"}),
-              (1, 4, {"job_name": "bash"}, {}),
-              (2, 2, {"job_name": "interactive", "distribution": "cyclic"}, {})]
-NAMES = [(1, 2, {"job_name": "bash"}, {}), (1, 1, {"job_name": "interactive"}, {}),
-         (2, 2, {"job_name": "interactive-eval", "distribution": "cyclic"}, {}), (1, 3, {"job_name": "bash_train"}, {}),
-         (2, 1, {"job_name": "train"}, {"SLURM_JOB_NAME": None})]
-NO_NTASKS = [(2, 2, {"job_id": 777}, {"SLURM_NTASKS": None, "SLURM_NPROCS": None})]
-NO_NTASKS_PLAIN = [{"SLURM_JOB_ID": "4242", "SLURM_JOB_NAME": "train", "SLURM_NODELIST": "gpu001", "SLURM_PROCID": "0",
-                    "SLURM_LOCALID": "0", "SLURM_NODEID": "0", "SLURM_NNODES": "1", "SLURM_NTASKS_PER_NODE": "1"},
-                   {"RANK": "1", "LOCAL_RANK": "1", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1"}]
-FIRST_HOSTS = [(2, 2, {"job_id": 11}, {"SLURM_NODELIST": "node[003,007-009]"}),
-               (3, 1, {"job_id": 12}, {"SLURM_NODELIST": "gpu[8-10]"}),
-               (2, 1, {"prefix": "a100-", "numbers": [5, 6]}, {}),
-               (3, 1, {"job_id": 13}, {"SLURM_NODELIST": "login-2,gpu[100-101]"}),
-               (1, 2, {"prefix": "gpu", "numbers": [5]}, {}),
-               (2, 1, {"prefix": "hpc-g", "numbers": [98, 99]}, {})]
-GENERATED_JOBS = 6
+def reference_slurm_ranks(env: dict) -> dict | None:
+    """The text's rule: None without SLURM_NTASKS or for a job named exactly bash or interactive; else the ranks
+    read as ints, and MASTER_ADDR if it is set, else the first host hostnames() gives for SLURM_NODELIST."""
+    if "SLURM_NTASKS" not in env or env.get("SLURM_JOB_NAME") in ("bash", "interactive"):
+        return None
+    address = env["MASTER_ADDR"] if "MASTER_ADDR" in env else hostnames(env["SLURM_NODELIST"])[0]
+    return {"global_rank": int(env["SLURM_PROCID"]), "local_rank": int(env["SLURM_LOCALID"]),
+            "node_rank": int(env["SLURM_NODEID"]), "world_size": int(env["SLURM_NTASKS"]), "main_address": address}
 
 
-def observe_rank_shapes(ns):
-    from gpucourse.checks.lesson10 import observe_ranks_for
-
-    return observe_ranks_for(ns, [(1, 1, {"job_name": "single"}, {}),
-                                  (1, 8, {"prefix": "a100-", "numbers": [5]}, {}),
-                                  (3, 2, {"prefix": "node", "numbers": [3, 7, 8], "distribution": "cyclic", "job_id": 99120}, {}),
-                                  (2, 3, {"numbers": [40, 41], "job_id": 5550001}, {}),
-                                  (1, 1, {"job_id": 61}, {"SLURM_NTASKS_PER_NODE": None})])
-
-
-def observe_rank_odd_places(ns):
-    from gpucourse.checks.lesson10 import observe_ranks_for
-
-    return observe_ranks_for(ns, [(4, 4, {"numbers": [101, 102, 103, 110], "job_id": 8800123}, {"MASTER_ADDR": "10.0.0.5"}),
-                                  (1, 2, {"job_id": 12}, {"MASTER_ADDR": "login-3.cluster.example"}),
-                                  (2, 2, {"job_id": 31337}, {"SLURM_NODELIST": "cn-a1,cn-b7", "SLURM_JOB_NODELIST": "cn-a1,cn-b7"}),
-                                  (1, 4, {"job_name": "bash"}, {}),
-                                  (2, 2, {"job_name": "interactive", "distribution": "cyclic"}, {})])
+def _task(env) -> str:
+    if not any(k.startswith("SLURM_") for k in env):
+        return f"a process started without SLURM ({', '.join(sorted(env)) or 'no variables'})"
+    name = f"named {env['SLURM_JOB_NAME']!r}" if "SLURM_JOB_NAME" in env else "without SLURM_JOB_NAME"
+    nodes = f"SLURM_NODELIST={env['SLURM_NODELIST']!r}" if "SLURM_NODELIST" in env else "no SLURM_NODELIST"
+    extra = "" if "SLURM_NTASKS" in env else ", no SLURM_NTASKS"
+    extra += f", MASTER_ADDR={env['MASTER_ADDR']!r}" if "MASTER_ADDR" in env else ""
+    return (f"task SLURM_PROCID={env.get('SLURM_PROCID')} of a {env.get('SLURM_NNODES', '?')}-node job {name} "
+            f"({nodes}{extra})")
 
 
-def observe_rank_names(ns):
-    from gpucourse.checks.lesson10 import observe_ranks_for
+def judge_slurm_calls(observed, calls):
+    if not isinstance(observed, list) or len(observed) != len(calls):
+        return f"{len(observed) if isinstance(observed, list) else 'no'} outcomes for {len(calls)} calls"
+    for spec, got in zip(calls, observed):
+        env = rebuild(spec["args"])[0]
+        want = reference_slurm_ranks(env)
+        task = _task(env)
+        if not isinstance(got, dict) or ("returned" in got) == ("raised" in got):
+            return f"{task}: no outcome was reported"
+        if "raised" in got:
+            raised = got["raised"][0] if isinstance(got["raised"], list) and got["raised"] else "an exception"
+            return f"{task}: raised {raised}"
+        value = got["returned"]
+        if want is None:
+            if value is not None:
+                return f"{task}: Lightning does not use SLURMEnvironment here, so return None (got {type_words(value)})"
+            continue
+        if not isinstance(value, dict) or "__dict__" not in value:
+            return f"{task}: return a dict, got {type_words(value) if value is not None else 'None'}"
+        pairs = {repr(k): v for k, v in value["__dict__"]}
+        missing = [k for k in RANK_KEYS if repr(k) not in pairs]
+        if missing:
+            return f"{task}: missing keys {missing}"
+        typed = [k for k in RANK_KEYS if k != "main_address" and type(pairs[repr(k)]) is not int]
+        if typed:
+            return f"{task}: {', '.join(f'{k} is {type_words(pairs[repr(k)])}' for k in typed)}: ranks and world size are ints"
+        if type(pairs["'main_address'"]) is not str:
+            return f"{task}: main_address is {type_words(pairs[repr('main_address')])}: it is a str"
+        if pairs["'main_address'"] != want["main_address"]:
+            return (f"{task}: main_address={pairs[repr('main_address')]!r} is not what Lightning derives"
+                    " (MASTER_ADDR when it is set, else the first host of SLURM_NODELIST)")
+        wrong = [k for k in RANK_KEYS if k != "main_address" and pairs[repr(k)] != want[k]]
+        if wrong:
+            return (f"{task}: {', '.join(f'{k}={pairs[repr(k)]!r}' for k in wrong)} is not what Lightning derives"
+                    " (read what srun set rather than computing it)")
+    return None
 
-    return observe_ranks_for(ns, [(1, 2, {"job_name": "bash"}, {}), (1, 1, {"job_name": "interactive"}, {}),
-                                  (2, 2, {"job_name": "interactive-eval", "distribution": "cyclic"}, {}),
-                                  (1, 3, {"job_name": "bash_train"}, {}),
-                                  (2, 1, {"job_name": "train"}, {"SLURM_JOB_NAME": None})])
+
+def observe_slurm_calls(ns, calls):
+    from gpucourse.checks import observe_calls
+
+    return observe_calls(ns, "slurm_ranks", calls)
 
 
-def observe_rank_no_ntasks(ns):
-    from gpucourse.checks.lesson10 import observe_ranks_for
-
-    plain = [{"SLURM_JOB_ID": "4242", "SLURM_JOB_NAME": "train", "SLURM_NODELIST": "gpu001", "SLURM_PROCID": "0",
-              "SLURM_LOCALID": "0", "SLURM_NODEID": "0", "SLURM_NNODES": "1", "SLURM_NTASKS_PER_NODE": "1"},
-             {"RANK": "1", "LOCAL_RANK": "1", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1"}]
-    return observe_ranks_for(ns, [(2, 2, {"job_id": 777}, {"SLURM_NTASKS": None, "SLURM_NPROCS": None})], plain_extra=plain)
+def _job(rng, nodes, per_node, **options):
+    options.setdefault("numbers", sorted(rng.sample(range(0, 1000), nodes)))
+    options.setdefault("job_id", rng.randint(1, 10**8))
+    return srun_environments(nodes, per_node, **options)
 
 
-def observe_rank_first_hosts(ns):
-    from gpucourse.checks.lesson10 import observe_ranks_for
-
-    return observe_ranks_for(ns, [(2, 2, {"job_id": 11}, {"SLURM_NODELIST": "node[003,007-009]"}),
-                                  (3, 1, {"job_id": 12}, {"SLURM_NODELIST": "gpu[8-10]"}),
-                                  (2, 1, {"prefix": "a100-", "numbers": [5, 6]}, {}),
-                                  (3, 1, {"job_id": 13}, {"SLURM_NODELIST": "login-2,gpu[100-101]"}),
-                                  (1, 2, {"prefix": "gpu", "numbers": [5]}, {}),
-                                  (2, 1, {"prefix": "hpc-g", "numbers": [98, 99]}, {})])
+def _pick(rng, envs, count):
+    """Some tasks of a job (its first and last always): the rest of the job is the same."""
+    chosen = {0, len(envs) - 1} | set(rng.sample(range(len(envs)), min(count, len(envs))))
+    return [envs[i] for i in sorted(chosen)]
 
 
-def observe_rank_generated(ns):
-    import random
+def _changed(env, **changes):
+    """``env`` with ``changes`` (None removes a variable)."""
+    return {k: v for k, v in {**env, **changes}.items() if v is not None}
 
-    from gpucourse.checks.lesson10 import observe_ranks_for
 
-    rng = random.Random(20261017)
-    jobs = []
+def draw_no_ntasks(rng):
+    """No SLURM_NTASKS: None, whatever else is set (SLURM_PROCID, SLURM_NNODES, SLURM_NPROCS, MASTER_ADDR,
+    torchrun's RANK...), and an empty environment."""
+    calls = [call({}), call({"RANK": "1", "LOCAL_RANK": "1", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1"}),
+             call({"SLURM_JOB_ID": "4242", "SLURM_JOB_NAME": "train", "SLURM_NODELIST": "gpu001", "SLURM_PROCID": "0",
+                   "SLURM_LOCALID": "0", "SLURM_NODEID": "0", "SLURM_NNODES": "1", "SLURM_NTASKS_PER_NODE": "1"})]
+    for _ in range(4):
+        job = _job(rng, rng.randint(1, 4), rng.randint(1, 4), distribution=rng.choice(["block", "cyclic"]))
+        keep_nprocs = rng.random() < 0.5
+        calls += [call(_changed(env, SLURM_NTASKS=None, SLURM_NPROCS=env["SLURM_NPROCS"] if keep_nprocs else None,
+                                MASTER_ADDR=rng.choice([None, "10.0.0.1"]))) for env in _pick(rng, job, 3)]
+    return calls
+
+
+def draw_names(rng):
+    """Exactly "bash" or "interactive": None; any other name (Bash, INTERACTIVE, "bash ", bash_train,
+    interactive-eval, an empty name) or none at all: a SLURM task."""
+    names = ["bash", "interactive", "Bash", "INTERACTIVE", "bash ", " interactive", "bash_train", "interactive-eval",
+             "mybash", "", "train", None, "sh", "bash.sh"]
+    calls = []
+    for name in names:
+        job = _job(rng, rng.randint(1, 3), rng.randint(1, 4), job_name=name if name is not None else "x",
+                   distribution=rng.choice(["block", "cyclic"]))
+        calls += [call(_changed(env, SLURM_JOB_NAME=name)) for env in _pick(rng, job, 2)]
+    return calls
+
+
+def draw_shapes(rng):
+    """Ranks read, not computed: 1 task (with and without SLURM_NTASKS_PER_NODE), 1 x 8, 3 x 2 and 5 x 1 cyclic,
+    tasks spread unevenly over the nodes (--ntasks=5 --ntasks-per-node=3 on 2 nodes), integers above 2**53; then
+    random jobs of 1 to 6 nodes."""
+    calls = [call(env) for env in _job(rng, 1, 1, job_name="single")]
+    calls += [call(env) for env in _job(rng, 1, 8, prefix="a100-")]
+    calls += [call(env) for env in _job(rng, 3, 2, prefix="node", distribution="cyclic")]
+    calls += [call(env) for env in _job(rng, 5, 1, distribution="cyclic")]
+    uneven = _job(rng, 2, 3)[:5]  # srun --ntasks=5 --ntasks-per-node=3 on 2 nodes: 3 tasks and 2
+    calls += [call(_changed(env, SLURM_NTASKS="5", SLURM_NPROCS="5", SLURM_TASKS_PER_NODE="3,2")) for env in uneven]
+    calls += [call(_changed(env, SLURM_NTASKS_PER_NODE=None)) for env in _job(rng, 1, 1)]  # srun -n 1
+    big = 2**53 + rng.randint(1, 10**6)
+    calls.append(call(_changed(_job(rng, 2, 2)[3], SLURM_PROCID=str(big), SLURM_NTASKS=str(big + 1),
+                               SLURM_LOCALID=str(2**53 + 1), SLURM_NODEID=str(2**60 + 3))))
     for _ in range(6):
-        nodes = rng.randint(1, 5)
-        options = {"prefix": rng.choice(["gpu", "node", "a100-", "cn", "hpc-g"]),
-                   "numbers": sorted(rng.sample(range(1, 400), nodes)), "job_id": rng.randint(10 ** 5, 10 ** 8),
-                   "job_name": rng.choice(["train", "fit", "pretrain-lm", "bashful"]),
-                   "distribution": rng.choice(["block", "cyclic"])}
-        jobs.append([nodes, rng.choice([1, 2, 3, 4, 6, 8]), options, {}])
-    return {**observe_ranks_for(ns, jobs), "jobs": jobs}
+        job = _job(rng, rng.randint(1, 6), rng.choice([1, 2, 3, 4, 6, 8]), prefix=rng.choice(["gpu", "node", "a100-", "cn", "hpc-g"]),
+                   job_name=rng.choice(["train", "fit", "pretrain-lm", "bashful"]), distribution=rng.choice(["block", "cyclic"]))
+        calls += [call(env) for env in _pick(rng, job, 4)]
+    return calls
 
 
-def judge_rank_generated(data):
-    if len(data["jobs"]) != GENERATED_JOBS:
-        return "the generated jobs were changed while checking"
-    return judge_against_lightning(data["jobs"], data)
+def draw_master_addr(rng):
+    """MASTER_ADDR, when set, is the main address (an IP, a long name, an empty string, with or without
+    SLURM_NODELIST), whatever SLURM_NODELIST says."""
+    calls = []
+    for address in ["10.0.0.5", "login-3.cluster.example", "", "gpu999", f"192.168.{rng.randint(0, 255)}.{rng.randint(1, 254)}"]:
+        job = _job(rng, rng.randint(1, 4), rng.randint(1, 4), distribution=rng.choice(["block", "cyclic"]))
+        drop = rng.random() < 0.4
+        calls += [call(_changed(env, MASTER_ADDR=address, SLURM_NODELIST=None if drop else env["SLURM_NODELIST"],
+                                SLURM_JOB_NODELIST=None if drop else env["SLURM_JOB_NODELIST"])) for env in _pick(rng, job, 2)]
+    return calls
+
+
+def _nodelist(rng):
+    """A SLURM host list of every form: one host, ranges with and without zero padding, lists in brackets,
+    several groups, hosts with dashes, a first host that does not sort first."""
+    prefix = rng.choice(["gpu", "node", "cn-a", "hpc-g", "a100-", "x"])
+    width = rng.choice([1, 2, 3, 4])
+    start = rng.randint(0, 120)
+    form = rng.randrange(5)
+    if form == 0:
+        return f"{prefix}{start:0{width}d}"
+    if form == 1:
+        return f"{prefix}[{start:0{width}d}-{start + rng.randint(1, 20):0{width}d}]"
+    if form == 2:
+        a, b = start, start + rng.randint(1, 5)
+        return f"{prefix}[{a:0{width}d},{b:0{width}d}-{b + rng.randint(1, 4):0{width}d}]"
+    if form == 3:
+        return f"{prefix}[{start:0{width}d}-{start + 1:0{width}d}],login-{rng.randint(1, 9)},gpu[{rng.randint(1, 9)}-{rng.randint(10, 20)}]"
+    return f"zz-{rng.randint(1, 99)},{prefix}{start:0{width}d}"
+
+
+def draw_first_hosts(rng):
+    """The first host of SLURM_NODELIST: gpu[017-018], node[003,007-009], cn-a1,cn-b7, gpu[8-10], one host,
+    several groups, a first host that does not sort first; SLURM_JOB_NODELIST absent or different."""
+    lists = ["gpu[017-018]", "node[003,007-009]", "cn-a1,cn-b7", "gpu[8-10]", "gpu005", "login-2,gpu[100-101]",
+             "a100-[05-06],b[1-2]", "zeta9,alpha1", "hpc-g[098-099]", "n[9-11],m[01-02]"]
+    lists += [_nodelist(rng) for _ in range(8)]
+    calls = []
+    for nodelist in lists:
+        job = _job(rng, rng.randint(1, 3), rng.randint(1, 3), distribution=rng.choice(["block", "cyclic"]))
+        other = rng.choice([None, "other[001-004]", nodelist])
+        calls += [call(_changed(env, SLURM_NODELIST=nodelist, SLURM_JOB_NODELIST=other)) for env in _pick(rng, job, 1)]
+    return calls
+
+
+HIDDEN = {"slurm_ranks": [
+    Case("no SLURM_NTASKS: None, whatever other SLURM_* variables are set", observe_slurm_calls, judge_slurm_calls,
+         draw=draw_no_ntasks),
+    Case("a job named bash or interactive: None; any other name, or none, is a SLURM task", observe_slurm_calls,
+         judge_slurm_calls, draw=draw_names),
+    Case("generated job shapes (1-6 nodes, block and cyclic placement, uneven, integers above 2**53): ranks read "
+         "from srun's variables", observe_slurm_calls, judge_slurm_calls, draw=draw_shapes),
+    Case("MASTER_ADDR, when set, is the main address, even empty, even without SLURM_NODELIST", observe_slurm_calls,
+         judge_slurm_calls, draw=draw_master_addr),
+    Case("main address: the first host of each form of SLURM_NODELIST", observe_slurm_calls, judge_slurm_calls,
+         draw=draw_first_hosts),
+]}
 
 
 # --- sbatch_for ----------------------------------------------------------------------------
@@ -163,85 +254,83 @@ def judge_rank_generated(data):
 #  5. srun starts one task per GPU on each node (--ntasks-per-node = GPUs per
 #     node = devices); with torchrun (section 5) one torchrun task per node,
 #     --nnodes = nodes, --nproc-per-node = GPUs; srun's own options and
-#     --ntasks agree; torchrun is torchrun whether srun starts it directly or
-#     in bash -c '...' (--node-rank=$SLURM_NODEID): one task per node then      -> "tasks per node"
+#     --ntasks agree                                                          -> "tasks per node"
 #  6. GPUs requested per node: --gres=gpu[:type]:N or --gpus-per-node=N, not
 #     --gpus (the whole job)                                                  -> "GPUs per node"
 #  7. the command (any command, with its arguments) is launched by srun, as
 #     given, after the #SBATCH lines; other options are free                  -> "launched by srun"
-# Inputs: 1 × 1, 2 × 3 and 3 × 2 (nodes and GPUs swapped), 16 × 4, and seeded random shapes and commands.
+#  8. "one torchrun task per node that starts one worker per GPU" on several nodes: each node's torchrun
+#     its own node rank under a static rendezvous. The script is read as the shells would run it: the batch
+#     shell runs once, on the first node, and expands what is unquoted or in double quotes there (SLURM_NODEID
+#     is 0 in it); only a shell each task runs (srun bash -c '...', in single quotes) sees each task's own
+#     SLURM_NODEID                                                            -> "each node's torchrun its own node rank"
+# Inputs are drawn at grading time: 1 x 1, 2 x 3 and 3 x 2 (nodes and GPUs swapped), 2 x 1 and 1 x 2, 16 x 4,
+# 4 x 8, then random shapes (1 to 64 nodes, 1 to 8 GPUs) and commands (python, python3, -u, -m, arguments).
 
-SBATCH_FIXED = [{"nodes": 4, "gpus": 8, "command": "python -u train.py --config big.yaml"},
-                {"nodes": 1, "gpus": 1, "command": "python train.py"},
-                {"nodes": 16, "gpus": 4, "command": "python pretrain.py"},
-                {"nodes": 3, "gpus": 2, "command": "python train.py --max-epochs 5"},
-                {"nodes": 2, "gpus": 3, "command": "python -m lab.fit --lr 3e-4"}]
+COMMANDS = ["python train.py", "python3 main.py fit --trainer.max_epochs=3", "python finetune.py --seed 7",
+            "python -m experiments.run --epochs 20", "python cli.py fit -c configs/unet.yaml", "python -u train.py --config big.yaml",
+            "python -m lab.fit --lr 3e-4", "python3 -u scripts/pretrain.py --data /scratch/data --batch-size 64",
+            "python train.py --max-epochs 5", "python pretrain.py"]
 
 
-def observe_sbatch_generated(ns):
-    import random
+def draw_requests(rng):
+    shapes = [(1, 1), (2, 3), (3, 2), (2, 1), (1, 2), (16, 4), (4, 8)]
+    shapes += [(rng.randint(1, 64), rng.choice([1, 2, 3, 4, 6, 8])) for _ in range(5)]
+    return [{"nodes": nodes, "gpus": gpus, "command": rng.choice(COMMANDS)} for nodes, gpus in shapes]
 
+
+def observe_sbatch_requests(ns, requests):
     from gpucourse.checks.lesson10 import observe_sbatch_for
 
-    requests = [{"nodes": 4, "gpus": 8, "command": "python -u train.py --config big.yaml"},
-                {"nodes": 1, "gpus": 1, "command": "python train.py"},
-                {"nodes": 16, "gpus": 4, "command": "python pretrain.py"},
-                {"nodes": 3, "gpus": 2, "command": "python train.py --max-epochs 5"},
-                {"nodes": 2, "gpus": 3, "command": "python -m lab.fit --lr 3e-4"}]
-    rng = random.Random(4417)
-    commands = ["python train.py", "python3 main.py fit --trainer.max_epochs=3", "python finetune.py --seed 7",
-                "python -m experiments.run --epochs 20", "python cli.py fit -c configs/unet.yaml"]
-    for _ in range(4):
-        requests.append({"nodes": rng.randint(1, 32), "gpus": rng.choice([1, 2, 3, 4, 6, 8]), "command": rng.choice(commands)})
-    return {"requests": requests, "texts": observe_sbatch_for(ns, requests)}
-
-
-def sbatch_requests() -> list[dict]:
-    """observe_sbatch_generated's requests, rebuilt here (the same seed): never read from an observation."""
-    import random
-
-    rng = random.Random(4417)
-    commands = ["python train.py", "python3 main.py fit --trainer.max_epochs=3", "python finetune.py --seed 7",
-                "python -m experiments.run --epochs 20", "python cli.py fit -c configs/unet.yaml"]
-    requests = [dict(r) for r in SBATCH_FIXED]
-    for _ in range(4):
-        requests.append({"nodes": rng.randint(1, 32), "gpus": rng.choice([1, 2, 3, 4, 6, 8]), "command": rng.choice(commands)})
-    return requests
+    return observe_sbatch_for(ns, requests)
 
 
 def sbatch_judge(clauses):
-    def judge(data):
-        requests = sbatch_requests()
-        if data["requests"] != requests:
-            return "the requests were changed while checking"
-        return judge_sbatch_all(requests, data["texts"], clauses)
+    def judge(texts, requests):
+        return judge_sbatch_all(requests, texts, clauses)
     return judge
 
 
-HIDDEN = {
-    "slurm_ranks": [
-        Case("no SLURM_NTASKS: None, whatever other SLURM_* variables are set", observe_rank_no_ntasks,
-             lambda data: judge_against_lightning(NO_NTASKS, data, NO_NTASKS_PLAIN)),
-        Case("a job named bash or interactive: None; any other name, or none, is a SLURM task", observe_rank_names,
-             lambda data: judge_against_lightning(NAMES, data)),
-        Case("generated job shapes (1-5 nodes, block and cyclic placement): ranks read from srun's variables",
-             observe_rank_generated, judge_rank_generated),
-        Case("world size and ranks: 1 task, 1 × 8, 3 × 2 cyclic, 2 × 3, a task without SLURM_NTASKS_PER_NODE",
-             observe_rank_shapes, lambda data: judge_against_lightning(SHAPES, data)),
-        Case("MASTER_ADDR, when set, is the main address; a comma host list; jobs named bash and interactive",
-             observe_rank_odd_places, lambda data: judge_against_lightning(ODD_PLACES, data)),
-        Case("main address: the first host of each form of SLURM_NODELIST", observe_rank_first_hosts,
-             lambda data: judge_against_lightning(FIRST_HOSTS, data)),
-    ],
-    "sbatch_for": [
-        Case("returns the script's text, its first line an interpreter line", observe_sbatch_generated,
-             sbatch_judge({"interpreter"})),
-        Case("--nodes is the number of nodes, in #SBATCH lines before the first command", observe_sbatch_generated,
-             sbatch_judge({"nodes"})),
-        Case("tasks per node: srun starts one task per GPU (one torchrun per node)", observe_sbatch_generated,
-             sbatch_judge({"tasks"})),
-        Case("GPUs requested per node, not for the whole job", observe_sbatch_generated, sbatch_judge({"gpus"})),
-        Case("the command is launched by srun, as given, on other shapes and commands", observe_sbatch_generated,
-             sbatch_judge({"launch"})),
-    ],
+HIDDEN["sbatch_for"] = [
+    Case("returns the script's text, its first line an interpreter line", observe_sbatch_requests,
+         sbatch_judge({"interpreter"}), draw=draw_requests),
+    Case("--nodes is the number of nodes, in #SBATCH lines before the first command", observe_sbatch_requests,
+         sbatch_judge({"nodes"}), draw=draw_requests),
+    Case("tasks per node: srun starts one task per GPU (one torchrun per node)", observe_sbatch_requests,
+         sbatch_judge({"tasks"}), draw=draw_requests),
+    Case("GPUs requested per node, not for the whole job", observe_sbatch_requests, sbatch_judge({"gpus"}),
+         draw=draw_requests),
+    Case("the command is launched by srun, as given, on other shapes and commands", observe_sbatch_requests,
+         sbatch_judge({"launch"}), draw=draw_requests),
+    Case("each node's torchrun its own node rank, expanded by each task's shell, not once by the batch shell",
+         observe_sbatch_requests, sbatch_judge({"ranks"}), draw=draw_requests),
+]
+
+PUBLIC_RANKS = "every task of a 2-node × 4-GPU job, an interactive shell, no SLURM at all"
+PUBLIC_SBATCH = "2 nodes × 4 GPUs and 1 node × 2 GPUs, read as sbatch reads them"
+_R, _S = [c.name for c in HIDDEN["slurm_ranks"]], [c.name for c in HIDDEN["sbatch_for"]]
+CLAUSES = {
+    "slurm_ranks": {
+        "None when the env has no SLURM_NTASKS": [PUBLIC_RANKS, _R[0]],
+        "None for a job named exactly bash or interactive; any other name, or none, is a SLURM launch": [PUBLIC_RANKS, _R[1]],
+        "global_rank, local_rank, node_rank as Lightning reads them (SLURM_PROCID, SLURM_LOCALID, SLURM_NODEID), ints":
+            [PUBLIC_RANKS, _R[2]],
+        "world_size is SLURM_NTASKS, an int": [PUBLIC_RANKS, _R[2]],
+        "main_address is MASTER_ADDR if it is set": [_R[3]],
+        "else the first host of SLURM_NODELIST, as hostnames() expands it": [PUBLIC_RANKS, _R[4]],
+        "a dict with the ints global_rank, local_rank, node_rank, world_size and the str main_address":
+            [PUBLIC_RANKS, _R[2], _R[3]],
+    },
+    "sbatch_for": {
+        "returns the text of the script, a str": [PUBLIC_SBATCH, _S[0]],
+        "an interpreter line first": [PUBLIC_SBATCH, _S[0]],
+        "#SBATCH options (long, --opt value, short forms) before the first command": [PUBLIC_SBATCH, _S[1]],
+        "--nodes is nodes (Trainer(num_nodes=nodes))": [PUBLIC_SBATCH, _S[1]],
+        "GPUs requested per node with --gres=gpu:N or --gpus-per-node=N": [PUBLIC_SBATCH, _S[3]],
+        "the command launched by srun, exactly as given": [PUBLIC_SBATCH, _S[4]],
+        "one task per GPU that runs it (Trainer(devices=gpus_per_node))": [PUBLIC_SBATCH, _S[2]],
+        "or one torchrun task per node that starts one worker per GPU": [_S[2], _S[4]],
+        "several nodes under torchrun: each node's torchrun knows its own node (as the shells would expand it)":
+            [PUBLIC_SBATCH, _S[5]],
+    },
 }

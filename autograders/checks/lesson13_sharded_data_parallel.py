@@ -2,116 +2,228 @@
 
 ShardedAdam runs as a script. The public launch (2 ranks, 1082 parameters, one weight holding 960 of them)
 is judged first; a submission that fails it is not launched again, and the hidden judges report the
-public record's failure. Otherwise two more launches with generated inputs (gpucourse.checks.lesson13's
-generated_inputs, seeded here): 2 ranks on models of an odd parameter count, and 3 ranks on models whose
-parameter count leaves each non-zero remainder. The judges rebuild the inputs from the seed and train the
-expected weights themselves.
+public record's failure. Otherwise two more launches, with inputs drawn at grading time (``Case.draw``):
+2 ranks on models whose parameter count 2 divides and does not, and 3 ranks on models of every remainder
+and of fewer parameters than processes; other Adam settings, steps and ways of building the optimizer
+(keywords, positional, the text's defaults). The judges train DDP + Adam themselves (``reference_weights``,
+on this side only) to know the expected weights. Three launches per submission, as before.
 """
 
+import math
+
 from gpucourse.checks import Case
-from gpucourse.checks.lesson13 import generated_inputs, judge_shard_ranges, judge_state, judge_weights
+from gpucourse.checks.lesson13 import (build_model, judge_state, judge_weights, launch_problem, parameter_count,
+                                       rank_rows, run_settings, run_words)
 
-# ShardedAdam:
-# 1. step() averages the gradients over all processes (a mean, as DDP)        -> every weights case (eps 1e-3 makes a sum visible)
-# 2. updates with Adam: lr, betas and eps as given, bias-corrected            -> every weights case
-#                                                                               (other betas, lr, eps in the generated ones)
-# 3. every rank ends each step with all the updated parameters, identical     -> every weights case, after every step
-# 4. for any parameter count, divisible by the world size or not              -> "does not divide"
-# 5. for any number of processes                                              -> "3 ranks"
-# 6. each rank keeps optimizer state for its shard only: at most 3 * ceil(P/N) + 64 elements
-#    (parameter-level partitions fail where one weight is most of the model)  -> public state case, "3 ranks: ... shard"
-# 7. works with the parameters' dtype (float64 here)                           -> every case
-
-TWO_RANKS, THREE_RANKS = 1313, 1317  # seeds of generated_inputs; the observers repeat them (they run as source)
+from autograders.differential import call, judge_calls
 
 
-def observe_two_ranks_generated(ns):
-    from gpucourse.checks.ddp import run_exercise_script
-    from gpucourse.checks.lesson13 import generated_inputs, judge_state, judge_weights
+def reference_weights(inputs, run, world_size):
+    """The weights after every step when one process averages every rank's gradient and steps
+    ``torch.optim.Adam``: what DDP + Adam computes, from the inputs alone."""
+    import torch
+    from torch.nn import functional as F
 
-    public = run_exercise_script(ns, "sharded_adam")
-    if judge_weights(public) is not None or judge_state(public) is not None:
-        return {**public, "public_only": True}
-    return run_exercise_script(ns, "sharded_adam", inputs=generated_inputs(1313, 2), world_size=2)
+    s = run_settings(inputs, run)
+    widths = s["widths"]
+    model = build_model(widths, s["seed"])
+    adam = torch.optim.Adam(model.parameters(), lr=s["lr"], betas=tuple(s["betas"]), eps=s["eps"])
+    after = []
+    for step in range(s["steps"]):
+        adam.zero_grad()
+        for rank in range(world_size):
+            x, y = rank_rows(widths, s["seed"], step, rank, s["rows"])
+            (F.mse_loss(model(x), y) / world_size).backward()
+        adam.step()
+        after.append([float(w) for p in model.parameters() for w in p.detach().reshape(-1)])
+    return after
 
 
-def observe_three_ranks_generated(ns):
-    from gpucourse.checks.ddp import run_exercise_script
-    from gpucourse.checks.lesson13 import generated_inputs, judge_state, judge_weights
+def judge_drawn_weights(d, inputs, world_size):
+    """Every drawn run on every rank: it ran, the same weights on every rank after every step, and DDP +
+    Adam's (recomputed here) to 1e-9 (float64: only rounding differs)."""
+    problem = launch_problem(d, inputs, world_size)
+    if problem:
+        return problem
+    for i, run in enumerate(inputs["runs"]):
+        s = run_settings(inputs, run)
+        mine = d["ranks"]["0"]["runs"][i]["weights"]
+        for step, expected in enumerate(reference_weights(inputs, run, world_size)):
+            gap = max((abs(a - b) if a == a else math.inf for a, b in zip(mine[step], expected)), default=0.0)
+            if not gap <= 1e-9:
+                return (f"{run_words(s, world_size)}: after step {step + 1} the weights differ from DDP + Adam's by up "
+                        f"to {gap:.3g} (float64, so only rounding may differ)")
+    return None
 
-    public = run_exercise_script(ns, "sharded_adam")
-    if judge_weights(public) is not None or judge_state(public) is not None:
-        return {**public, "public_only": True}
-    return run_exercise_script(ns, "sharded_adam", inputs=generated_inputs(1317, 3), world_size=3)
+
+# --- what is drawn: Adam settings, steps and the way the optimizer is built, per run ---------------------
+
+def _widths(rng, world_size, remainder=None, fewer=False):
+    """Widths of 1 to 3 Linear layers (widths 1 to 11) whose parameter count leaves ``remainder`` when divided
+    by ``world_size`` (any when None); ``fewer``: fewer parameters than processes (Linear(1, 1): 2)."""
+    if fewer:
+        return [1, 1]
+    while True:
+        widths = [rng.randint(1, 11) for _ in range(rng.randint(2, 4))]
+        if remainder is None or parameter_count(widths) % world_size == remainder:
+            return widths
 
 
-def judge_generated(judge, seed, world_size):
-    """``judge`` on the generated launch; on the public record when the public launch failed."""
-    def run(d):
-        if d.get("public_only"):  # not launched again: the public launch's failure is the reason
-            verdict = judge(d)
-            return verdict and f"(the public 2-process launch already failed) {verdict}"
-        return judge(d, inputs=generated_inputs(seed, world_size), world_size=world_size)
+def _run(rng, widths, how):
+    """A run: its own seed, rows, steps (1 to 6), and Adam settings; ``how`` the optimizer is built. eps is
+    large in most runs (a summed gradient shows only where eps matters); "defaults" uses the text's."""
+    run = {"widths": widths, "seed": rng.randint(1, 999), "rows": rng.randint(1, 7), "steps": rng.randint(1, 6),
+           "call": how}
+    if how == "defaults":
+        run.update(lr=1e-3, betas=[0.9, 0.999], eps=1e-8)
+    else:
+        run.update(lr=rng.choice([0.02, 0.005, round(10 ** rng.uniform(-3, -1.3), 6)]),
+                   betas=[rng.choice([0.8, 0.85, 0.9, round(rng.uniform(0.5, 0.95), 3)]),
+                          rng.choice([0.95, 0.97, 0.999, round(rng.uniform(0.9, 0.999), 4)])],
+                   eps=rng.choice([1e-3, 3e-3, round(10 ** rng.uniform(-4, -2), 7)]))
+        if how == "lr_only":
+            run.update(betas=[0.9, 0.999], eps=1e-8)
     return run
+
+
+def _launch(rng, world_size, widths_list):
+    hows = ["keywords", "positional", rng.choice(["defaults", "lr_only"])] + ["keywords"] * (len(widths_list) - 3)
+    rng.shuffle(hows)
+    runs = [_run(rng, widths, how) for widths, how in zip(widths_list, hows)]
+    return {"world_size": world_size, "launch": {"runs": runs}}
+
+
+def draw_two_ranks(rng):
+    """2 ranks: a parameter count 2 does not divide (twice) and one it divides."""
+    return _launch(rng, 2, [_widths(rng, 2, 1), _widths(rng, 2, 0), _widths(rng, 2, 1)])
+
+
+def draw_three_ranks(rng):
+    """3 ranks: every remainder of P / 3 (0, 1, 2), and fewer parameters than processes (P = 2)."""
+    return _launch(rng, 3, [_widths(rng, 3, 1), _widths(rng, 3, 2), _widths(rng, 3, 0), _widths(rng, 3, fewer=True)])
+
+
+def observe_drawn_launch(ns, inputs):
+    from gpucourse.checks.ddp import run_exercise_script
+    from gpucourse.checks.lesson13 import judge_state, judge_weights
+
+    public = run_exercise_script(ns, "sharded_adam")
+    if judge_weights(public) is not None or judge_state(public) is not None:
+        return {**public, "public_only": True}
+    return run_exercise_script(ns, "sharded_adam", inputs=inputs["launch"], world_size=inputs["world_size"])
+
+
+def judge_drawn_launch(d, inputs):
+    """The drawn launch's weights and state; the public record's failure when the public launch failed."""
+    if not isinstance(d, dict):
+        return "no record of the launch"
+    if d.get("public_only"):  # not launched again: the public launch's failure is the reason
+        verdict = judge_weights(d) or judge_state(d)
+        if verdict is None:
+            return "the drawn launch did not run, yet the public launch passed"
+        return f"(the public 2-process launch already failed) {verdict}"
+    world = inputs["world_size"]
+    return judge_drawn_weights(d, inputs["launch"], world) or judge_state(d, inputs["launch"], world)
 
 
 HIDDEN = {
     "sharded_adam": [
-        Case("a parameter count 2 ranks do not divide: DDP + Adam's weights, other Adam settings",
-             observe_two_ranks_generated, judge_generated(judge_weights, TWO_RANKS, 2)),
-        Case("a parameter count 2 ranks do not divide: each rank keeps only its shard of optimizer state",
-             observe_two_ranks_generated, judge_generated(judge_state, TWO_RANKS, 2)),
-        Case("3 ranks, parameter counts 3 does not divide: DDP + Adam's weights, identical on every rank",
-             observe_three_ranks_generated, judge_generated(judge_weights, THREE_RANKS, 3)),
-        Case("3 ranks: each rank keeps only its shard of optimizer state",
-             observe_three_ranks_generated, judge_generated(judge_state, THREE_RANKS, 3)),
+        Case("2 ranks, drawn models (a parameter count 2 does not divide, and one it does), Adam settings and "
+             "ways to build it: DDP + Adam's weights on every rank, only a shard of optimizer state",
+             observe_drawn_launch, judge_drawn_launch, draw=draw_two_ranks),
+        Case("3 ranks, drawn models (every remainder of P / 3, fewer parameters than processes): DDP + Adam's "
+             "weights on every rank, only a shard of optimizer state",
+             observe_drawn_launch, judge_drawn_launch, draw=draw_three_ranks),
     ],
 }
 
 
-# shard_range:
-# 1. (start, stop), a tuple of two ints                                  -> every case (a list or floats read as wrong)
-# 2. chunks of ceil(numel / world_size), rank r's starting at r * chunk   -> "every numel up to 40"
-# 3. the padding dropped: stop never past numel; a rank wholly in the padding gets (numel, numel)
-#                                                                         -> "fewer elements than ranks", "every numel up to 40"
-# 4. any numel >= 0 and world_size >= 1, rank in range(world_size)        -> "every numel up to 40" (numel 0, world_size 1)
-# 5. ValueError for a rank outside range(world_size), world_size < 1, numel < 0 -> "bad input raises ValueError"
+# shard_range: differential. Each case draws its calls at grading time (boundaries first, then random
+# ones from the whole domain the text states); the sandbox calls the answer on them and the judge calls
+# the reference below, which exists on the grader's side only.
 
-GRID = [[n, w] for n in range(0, 41) for w in range(1, 8)]
-BAD = [[10, 4, 4], [10, -1, 4], [10, 0, 0], [-1, 0, 2]]
-
-
-def observe_shard_grid(ns):
-    from gpucourse.checks.lesson13 import observe_shard_ranges
-
-    return observe_shard_ranges(ns, grid=[[n, w] for n in range(0, 41) for w in range(1, 8)])
+def reference_shard_range(numel, rank, world_size):
+    """The text's rule: chunks of ceil(numel / world_size); the padding dropped; ValueError outside the domain."""
+    if world_size < 1 or numel < 0 or not 0 <= rank < world_size:
+        raise ValueError(f"rank {rank}, world_size {world_size}, numel {numel}")
+    chunk = -(-numel // world_size)
+    return (min(rank * chunk, numel), min((rank + 1) * chunk, numel))
 
 
-def observe_few_elements(ns):
-    from gpucourse.checks.lesson13 import observe_shard_ranges
-
-    return observe_shard_ranges(ns, grid=[[2, 5], [1, 3], [5, 7], [0, 3]])
+def _every_rank(pairs):
+    return [call(numel, rank, world) for numel, world in pairs for rank in range(world)]
 
 
-def observe_bad_input(ns):
-    from gpucourse.checks.lesson13 import observe_shard_ranges
+def draw_divisible_and_not(rng):
+    """Boundaries (numel 0, one rank, numel a multiple of the ranks and one past it, integers above 2**53),
+    then numel and world_size drawn at random, every rank of each."""
+    big = 2 ** 53 + rng.randint(1, 10 ** 6)
+    pairs = [(0, 1), (1, 1), (8, 2), (9, 2), (12, 4), (13, 4), (10, 4), (big, 3), (big, 1), (40, 7)]
+    pairs += [(rng.randint(0, 500), rng.randint(1, 9)) for _ in range(12)]
+    pairs += [(rng.randint(10 ** 6, 10 ** 12), rng.randint(2, 64)) for _ in range(3)]
+    return _every_rank(pairs)
 
-    return observe_shard_ranges(ns, grid=[[4, 2]], bad=[[10, 4, 4], [10, -1, 4], [10, 0, 0], [-1, 0, 2]])
+
+def draw_fewer_elements_than_ranks(rng):
+    """numel below world_size (and 0), where the last ranks' chunks are all padding."""
+    pairs = [(2, 5), (1, 3), (5, 7), (0, 3), (1, 2)]
+    for _ in range(6):
+        world = rng.randint(2, 16)
+        pairs.append((rng.randint(0, world - 1), world))
+    return _every_rank(pairs)
 
 
-def judge_bad_input(d):
-    for numel, rank, world, got in d["raised"]:
-        if got != "ValueError":
-            what = got if got.startswith("returned") else "raised " + got
-            return f"shard_range({numel}, {rank}, {world}) must raise ValueError, but it {what}"
-    if [row[:3] for row in d["raised"]] != BAD:
-        return "the inputs were changed while checking"
-    return judge_shard_ranges(d, grid=[[4, 2]])
+def draw_bad_input(rng):
+    """Each way out of the domain: rank == world_size, rank < 0, world_size < 1, numel < 0; named values first."""
+    calls = [call(10, 4, 4), call(10, -1, 4), call(10, 0, 0), call(-1, 0, 2), call(5, 0, -3)]
+    for _ in range(6):
+        world = rng.randint(1, 12)
+        numel = rng.randint(0, 100)
+        calls += [call(numel, world + rng.randint(0, 3), world), call(numel, -rng.randint(1, 5), world),
+                  call(-rng.randint(1, 50), rng.randrange(world), world), call(numel, 0, -rng.randint(0, 3))]
+    return calls
+
+
+def observe_shard_range_calls(ns, calls):
+    from gpucourse.checks import observe_calls
+
+    return observe_calls(ns, "shard_range", calls)
 
 
 HIDDEN["shard_range"] = [
-    Case("every numel up to 40 on 1 to 7 ranks", observe_shard_grid, lambda d: judge_shard_ranges(d, grid=GRID)),
-    Case("fewer elements than ranks: the last ranks get (numel, numel)", observe_few_elements,
-         lambda d: judge_shard_ranges(d, grid=[[2, 5], [1, 3], [5, 7], [0, 3]])),
-    Case("bad input raises ValueError", observe_bad_input, judge_bad_input),
+    Case("any numel, divisible by world_size or not, up to integers above 2**53", observe_shard_range_calls,
+         judge_calls(reference_shard_range, "shard_range"), draw=draw_divisible_and_not),
+    Case("fewer elements than ranks: the last ranks get (numel, numel)", observe_shard_range_calls,
+         judge_calls(reference_shard_range, "shard_range"), draw=draw_fewer_elements_than_ranks),
+    Case("bad input raises ValueError", observe_shard_range_calls,
+         judge_calls(reference_shard_range, "shard_range"), draw=draw_bad_input),
 ]
+
+PUBLIC_CASE = "10 elements on 4 ranks, 8 on 2, 3 on 1: chunks of ceil(numel / world_size)"
+_S = HIDDEN["sharded_adam"]
+_S_PUBLIC = ["2 ranks, 4 steps: every rank ends each step with DDP + Adam's weights",
+             "each rank keeps only its shard of optimizer state"]
+CLAUSES = {
+    "sharded_adam": {
+        "ShardedAdam(params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8): keywords, positional, the defaults":
+            [_S[0].name, _S[1].name],
+        "step() averages the gradients over all processes (a mean, as DDP)": [_S_PUBLIC[0], _S[0].name, _S[1].name],
+        "Adam with its bias correction, eps added to sqrt(v_hat): DDP + torch.optim.Adam(params, lr, betas, eps)":
+            [_S_PUBLIC[0], _S[0].name, _S[1].name],
+        "every process holds all the updated parameters, identical on every process, after every step":
+            [_S_PUBLIC[0], _S[0].name, _S[1].name],
+        "state only for its shard: at most 3 * ceil(P/N) + 64 elements kept between steps":
+            [_S_PUBLIC[1], _S[0].name, _S[1].name],
+        "any P, divisible by the number of processes N or not (also P < N)": [_S[0].name, _S[1].name],
+        "any N (2 and 3 processes)": [_S_PUBLIC[0], _S[1].name],
+        "the parameters' dtype (float64 in the check)": [_S_PUBLIC[0], _S[0].name],
+    },
+    "shard_range": {
+        "returns (start, stop), a tuple of two ints": [PUBLIC_CASE, HIDDEN["shard_range"][0].name],
+        "chunks of ceil(numel / world_size), rank r's starting at r * chunk": [PUBLIC_CASE, HIDDEN["shard_range"][0].name],
+        "the padding dropped: stop never past numel; a rank wholly in the padding gets (numel, numel)":
+            [HIDDEN["shard_range"][1].name, HIDDEN["shard_range"][0].name],
+        "any numel >= 0 and world_size >= 1, rank in range(world_size)": [HIDDEN["shard_range"][0].name],
+        "ValueError for a rank outside range(world_size), world_size < 1 or numel < 0": [HIDDEN["shard_range"][2].name],
+    },
+}

@@ -2,13 +2,19 @@
 
 What each question states, and the case that tests it:
  1. its answer is a str                                          -> "qN is one of a-d" (public), "qN: the answer"
- 2. one of the letters a-d; case, and spaces, brackets or quotes
-    around it, do not matter (the notebook's intro)              -> "qN is one of a-d" (public), "qN: the answer"
+ 2. one letter a-d; upper or lower case, and spaces, brackets or
+    quotes around the letter, do not matter (the notebook's intro:
+    "C" and "(c)" are c too); nothing else: no other character
+    beside it (a full stop, a colon, asterisks, backticks)         -> "qN: the answer" (the public check reads
+                                                                       the form the same way)
  3. the right letter                                             -> "qN: the answer"
+
+The hidden observer reports each answer exactly as written (a str subclass read as the plain text it
+holds); the judge here reads it by the intro's rule alone.
 """
 
 from gpucourse.checks import Case
-from gpucourse.checks.quiz import QUESTIONS, judge_form, observe_answer
+from gpucourse.checks.quiz import QUESTIONS
 
 
 KEY = {
@@ -44,13 +50,45 @@ KEY = {
 }
 
 
+def observe_written(ns):
+    # every answer qN as written: its plain text (str's own methods: a subclass's overrides are not used),
+    # or what is wrong with it (not a str)
+    from gpucourse.checks import answer_problem
+
+    found = {}
+    for name in (f"q{n}" for n in range(1, 27)):
+        if name in ns:
+            problem = answer_problem(ns, name)
+            found[name] = {"problem": problem} if problem else {"text": str.__str__(ns[name])}
+    return found
+
+
+AROUND = " \t\n()[]{}'\""  # spaces, brackets and quotes: what the intro lets stand around the letter
+
+
+def read_letter(text):
+    """The letter ``text`` gives by the intro's rule, or None: spaces, brackets or quotes around one letter
+    a-d, in either case ("(c)", "c)", "'C'"); nothing else may stand beside it ("c.", "*c*", "`c`")."""
+    text = text.strip(AROUND)
+    return text.lower() if len(text) == 1 and text.lower() in "abcd" else None
+
+
 def _judge(question):
     right, hint = KEY[question]
-    form = judge_form(question)
 
     def judge(d):
-        return form(d) or (None if d.get(question) == right else f"not this one. Hint: {hint}")
+        found = d.get(question) if isinstance(d, dict) else None
+        if found is None:
+            return f"not answered yet: define `{question}` (a str, one of the letters \"a\", \"b\", \"c\", \"d\")"
+        if "problem" in found:
+            return found["problem"]
+        text = found.get("text")
+        letter = read_letter(text) if isinstance(text, str) else None
+        if letter is None:
+            return (f"{question} = {text!r} is not one letter: write one of 'a', 'b', 'c', 'd' (either case), with "
+                    "nothing around it but spaces, brackets or quotes")
+        return None if letter == right else f"not this one. Hint: {hint}"
     return judge
 
 
-HIDDEN = {q: [Case(f"{q}: the answer", observe_answer, _judge(q))] for q in QUESTIONS}
+HIDDEN = {q: [Case(f"{q}: the answer", observe_written, _judge(q))] for q in QUESTIONS}

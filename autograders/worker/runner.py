@@ -5,8 +5,9 @@
 ``job.json``: ``{"cells": [{"source", "grade_id"}], "cell_seconds", "observe_seconds"}``, and
 optionally the grader's other settings (``output_limit``, ``grace``, ``restarts``, ``setup_seconds``,
 ``max_ranks``, ``script_seconds``, ``collective_seconds``, ``launch_tries``: ``supervisor._settings``); the
-observers (``[{"case", "source", "function"}]``) come on OBSERVERS_FD, read only once the cells are
-done (tests may put them in the job as ``"observers"`` and leave OBSERVERS_FD out).
+observers (``[{"case", "source", "function"}]``, and ``"inputs"`` for a case that draws them) come on
+OBSERVERS_FD, read only once the cells are done (tests may put them in the job as ``"observers"`` and
+leave OBSERVERS_FD out).
 RESULTS_FD receives JSON lines: one per cell (its output and error), in order; then one per
 observer, in order (``{"case", "ok", "data" | "error"}``; ``"answer": true`` when the error is a
 missing or mistyped answer, whose message already says what to define); ``{"type": "flag",
@@ -38,12 +39,17 @@ Why it looks like this:
   the first cell (``zygote``, installed as ``gpucourse.checks.ddp.LAUNCHER``), instead of starting a
   Python and importing torch per rank; every rank runs the harness protected as the cells are
   (``rank``);
-- every cell's leftover processes are killed after it (``kill_strays``: the worker is their
-  subreaper), so a fork bomb in one answer costs that answer, not the next ones; the alarm repeats
-  until it is taken, since one raised inside an at-fork hook is swallowed; a cell that still does not
-  stop is stopped from outside, and a fresh worker goes on after it;
-- before any observer runs the worker must be quiet (``Quiet``): nothing of the cells' left running
-  that could patch what the observers use while they run.
+- processes a cell leaves behind live on, as in a kernel (a forkserver, a pool's resource tracker,
+  a DataLoader's persistent workers); a cell that runs out of time has every process below the worker
+  killed (``kill_strays``: the worker is their subreaper), so a fork bomb costs that answer, not the
+  next ones (the sandbox's cgroup bounds how many there can be); the alarm repeats until it is taken,
+  since one raised inside an at-fork hook is swallowed; a cell that still does not stop is stopped from
+  outside, and a fresh worker goes on after it;
+- before any observer runs the worker must be quiet (``Quiet``): no code of the cells' running in a
+  thread, no trace or profile function, audit hook, gc callback, signal handler or timer of theirs.
+  Threads and processes that libraries keep (idle thread pools, OpenMP, a forkserver) are honest and
+  allowed. Quiet is hygiene, not the defence: the checks that give points compare outputs on inputs
+  the grader draws after the cells with references only the grader holds.
 """
 
 from __future__ import annotations
@@ -63,7 +69,7 @@ import types
 from gpucourse import launch
 from gpucourse.checks import AnswerError, ddp
 
-from . import rank, zygote
+from . import audit, rank, zygote
 from .forking import Channel
 from .snapshot import Gate, Snapshot, in_scope
 
@@ -167,24 +173,6 @@ class _Capture(io.StringIO):
 
 # --- a process that is quiet: nothing of the cells' left running while the checks run --------------
 
-def _audit_guard(event, args, _self=None, _refuse=PermissionError):
-    """The first audit hook, installed before any cell: no other hook can be added (one cannot be
-    removed, and would run in the middle of every check), and this one cannot be changed (its code
-    and defaults are refused; it reads no globals). ``gpucourse.canary`` proves it is still there."""
-    if event == "sys.addaudithook":
-        raise _refuse("audit hooks cannot be added while grading")
-    if event == "object.__setattr__" and args[0] is _self:
-        raise _refuse("the grader's audit hook cannot be changed")
-    if event == "gpucourse.canary":
-        raise _refuse("gpucourse.canary")
-
-
-def install_audit_guard() -> None:
-    if _audit_guard.__defaults__[0] is None:
-        _audit_guard.__defaults__ = (_audit_guard, PermissionError)
-        sys.addaudithook(_audit_guard)
-
-
 SIGNALS = tuple(s for s in signal.valid_signals() if s not in (signal.SIGKILL, signal.SIGSTOP))
 TIMERS = (signal.ITIMER_REAL, signal.ITIMER_VIRTUAL, signal.ITIMER_PROF)
 
@@ -208,7 +196,6 @@ class Quiet:
                                                                           signal.getitimer, signal.setitimer)
         self._handlers = {s: signal.getsignal(s) for s in SIGNALS}
         self._wakeup = signal.set_wakeup_fd
-        self._listdir, self._pid = os.listdir, os.getpid()
         self._frames, self._get_ident, self._sleep = sys._current_frames, threading.get_ident, time.sleep
 
     def _threads_on_cells(self, samples: int = 5) -> int:
@@ -225,10 +212,11 @@ class Quiet:
                 found.add(thread.ident)
         return len(found)
 
-    def problems(self, after_check: bool = False) -> list[str]:
+    def problems(self) -> list[str]:
         """What is not quiet; each is also undone where it can be (a thread or an audit hook cannot).
-        ``after_check``: threads a check's libraries started (Lightning, the profiler, Triton keep
-        one) are allowed; one that runs the cells' code, or was started on it, is not."""
+        Threads that libraries keep (an idle ``ThreadPoolExecutor``, OpenMP's, a DataLoader's, Lightning's,
+        the profiler's) and processes (a forkserver, a resource tracker, persistent workers) are honest;
+        a thread that runs the cells' code, or was started on it, is not."""
         found = []
         if self._gettrace() is not None or self._getprofile() is not None:
             found.append("a trace or profile function was left set (sys.settrace, sys.setprofile)")
@@ -262,14 +250,9 @@ class Quiet:
                 self._setitimer(t, 0)
         if self._wakeup(-1) != -1:
             found.append("a signal wake-up descriptor was left set (signal.set_wakeup_fd)")
-        threads = len(self._listdir(f"/proc/{self._pid}/task")) if os.path.isdir(f"/proc/{self._pid}/task") else 1
-        if after_check:
-            threads = 1 + self._threads_on_cells()
-        if threads != 1:
-            found.append(f"{threads - 1} threads were left running")
-        children = launch.descendants(self._pid)
-        if children:
-            found.append(f"{len(children)} processes were left running")
+        threads = self._threads_on_cells()
+        if threads:
+            found.append(f"{threads} threads were left running code of the cells")
         return found
 
 
@@ -358,9 +341,10 @@ def run_cells(cells: list[dict], seconds: float, emit, taken: Snapshot, start: i
         finally:
             _disarm()
             taken.restore()  # a patched builtin must not break the runner itself, nor reach the next cell's checks
-        killed = kill_strays(FREEZE["keep"])  # with os and gpucourse.launch as they were before the cell
-        if killed and error and error.startswith("CellTimeout"):
-            error += f" (its {killed} leftover processes were killed)"
+        if error and error.startswith("CellTimeout"):  # with os and gpucourse.launch as they were before the cell
+            killed = kill_strays(FREEZE["keep"])
+            if killed:
+                error += f" (its {killed} leftover processes were killed)"
         if index >= start:
             emit({"type": "cell", "index": index, "output": captured.getvalue(), "error": error})
     return namespace
@@ -372,8 +356,10 @@ def run_observer(observer: dict, namespace: dict, seconds: float) -> dict:
     try:
         scope = {"__name__": "gpucourse_observer", "__builtins__": builtins}
         exec(compile(observer["source"], f"<observer {observer['case']}>", "exec"), scope)
+        # a case that draws its inputs gets those the grader drew for this submission, sent only now
+        args = (namespace, observer["inputs"]) if "inputs" in observer else (namespace,)
         with contextlib.redirect_stdout(_Capture()), contextlib.redirect_stderr(_Capture()):
-            data = scope[observer["function"]](namespace)
+            data = scope[observer["function"]](*args)
         record = {"ok": True, "data": json.loads(json.dumps(data))}
     except CellTimeout:
         _disarm()
@@ -430,7 +416,7 @@ def _work(cells: list[dict], cell_seconds: float, observe_seconds: float, start:
     gate.open()
     ddp._LAUNCHED.clear()  # launches are the checks' own, made while they run
     taken = Snapshot()
-    up.send({"type": "ready", "problems": quiet.problems()})
+    up.send({"type": "ready", "problems": quiet.problems(), "tampering": audit.findings()})
     while True:
         message = down.receive()
         if message.get("type") != "observe":
@@ -438,6 +424,8 @@ def _work(cells: list[dict], cell_seconds: float, observe_seconds: float, start:
         record = run_observer(message, namespace, observe_seconds)
         taken.restore()  # the student's code ran again: what it patched must not reach the next observer
         taken.restore_environment()
-        kill_strays(FREEZE["keep"])
-        up.send({"type": "observation", "id": message["id"], "record": record, "problems": quiet.problems(after_check=True)})
+        if not record.get("ok") and str(record.get("error", "")).startswith("ran longer than"):
+            kill_strays(FREEZE["keep"])  # a check out of time: what its call started must not run on
+        up.send({"type": "observation", "id": message["id"], "record": record, "problems": quiet.problems(),
+                 "tampering": audit.findings()})
 

@@ -3,7 +3,7 @@
     python -m autograders.worker RESULTS_FD OBSERVERS_FD < job.json   (see ``runner``, beside this)
 
 It reads the job (the cells), imports the course, installs the audit hook that refuses every other
-(``runner.install_audit_guard``), forks the clean copy for multi-process launches
+(``audit.install``), forks the clean copy for multi-process launches
 (``zygote``), then forks a *worker* (``runner._work``) that runs the cells and reports each
 one to it. It checks that every message comes in turn, writes the records the grader reads, and
 watches the worker from outside: a cell or check that does not stop at its own alarm is stopped
@@ -28,7 +28,8 @@ from gpucourse import launch
 
 from . import zygote as clean_copy  # (the name `zygote` is the Supervisor's channel to it)
 from .forking import Channel, wait
-from .runner import OUTPUT_LIMIT, _reap, _work, become_subreaper, install_audit_guard
+from . import audit
+from .runner import OUTPUT_LIMIT, _reap, _work, become_subreaper
 from .trust import import_course
 
 
@@ -79,6 +80,7 @@ class Supervisor:
         self.launches = self._launches()
         self.zygote = clean_copy.channel()  # None once the copy is gone
         self.pending: dict[str, int | None] = {}  # launches asked of the copy and not yet ended: id -> launcher pid
+        self.flagged: set[str] = set()  # the audit notes already flagged
 
     def _launches(self) -> dict[str, tuple[str, int]]:
         """The multi-process launches the checks may ask for: each script exercise's answer, as submitted,
@@ -89,8 +91,10 @@ class Supervisor:
         return {c["source"]: (scripts[c["grade_id"]].driver, scripts[c["grade_id"]].world_size)
                 for c in self.cells if c.get("grade_id") in scripts}
 
-    def flag(self, reason: str) -> None:
-        self.emit({"type": "flag", "reason": reason})
+    def flag(self, reason: str, forgery: bool = False) -> None:
+        """A note for a person (``forgery``: what only tampering does, the worker writing out of turn,
+        which zeroes the submission; otherwise the run could not be judged, and nothing is zeroed)."""
+        self.emit({"type": "flag", "reason": reason, **({"forgery": True} if forgery else {})})
 
     # the worker
     def _fork(self, start: int) -> None:
@@ -172,21 +176,23 @@ class Supervisor:
             self.zygote = None
         self.pending.clear()
 
-    def _external_problems(self, threads: bool = True) -> list[str]:
-        """What the supervisor sees of the worker from outside: its threads (after the cells) and processes."""
-        pid, found = self.worker["pid"], []
-        with contextlib.suppress(OSError):
-            count = len(os.listdir(f"/proc/{pid}/task"))
-            if threads and count != 1:
-                found.append(f"{count - 1} threads were left running")
-        children = launch.descendants(pid)
-        if children:
-            found.append(f"{len(children)} processes were left running")
-        return found
+    def _tampering(self, message: dict) -> None:
+        """What the worker's audit hook saw the cells' code do that only tampering needs (``audit``):
+        each a flag for a person, once; nothing is zeroed for it."""
+        notes = message.get("tampering")
+        for note in (notes if isinstance(notes, list) else [])[:audit.LIMIT]:
+            reason = f"at run time, {str(note)[:300]}: a person should look (the points come from the grader's own checks)"
+            if reason not in self.flagged:
+                self.flagged.add(reason)
+                self.flag(reason)
 
     def _until_ready(self, index: int) -> int | None:
         """Start a worker that runs the cells from ``index`` on (those before again, silently); the
-        next cell whose record is due once it is ready, or None when the run cannot go on."""
+        next cell whose record is due once it is ready, or None when the run cannot go on. A worker
+        that is not quiet after the cells is stopped and the cells run once more in a fresh one (what
+        was left running may have been a moment's); still not quiet, the checks are not run and a
+        person is told why (a flag, never a forgery)."""
+        rerun = False
         while True:
             self._fork(index)
             current, deadline = None, time.monotonic() + SETUP_SECONDS
@@ -203,9 +209,14 @@ class Supervisor:
                                    "error": None if message.get("error") is None else str(message["error"])[:2000]})
                         index += 1
                     elif kind == "ready" and index == len(self.cells) and self._next(current) == len(self.cells):
-                        problems = [str(p) for p in message.get("problems", [])] or self._external_problems()
+                        self._tampering(message)
+                        problems = [str(p) for p in message.get("problems", [])]
+                        if problems and not rerun:
+                            rerun = True
+                            break
                         if problems:
-                            self.flag("the checks were refused, the process was not quiet after the cells: " + "; ".join(problems))
+                            self.flag("the checks could not be run: the process was not quiet after the cells, twice ("
+                                      + "; ".join(problems) + "): a person should look at this submission")
                             return None
                         return index
                     else:
@@ -214,10 +225,12 @@ class Supervisor:
                 self._stop()
                 return None
             except (ProtocolError, ValueError) as error:
-                self.flag(f"the run's messages were forged ({error}): code of the cells wrote to the grader's channel")
+                self.flag(f"the run's messages were forged ({error}): code of the cells wrote to the grader's channel", forgery=True)
                 self._stop()
                 return None
             self._stop()
+            if rerun and index == len(self.cells) and self._next(current) == len(self.cells):
+                continue  # not quiet after the cells: once more, in a fresh worker
             if current is None or self.restarts >= RESTARTS:
                 return None
             self.restarts += 1
@@ -243,7 +256,8 @@ class Supervisor:
                     return False
                 self.restarts += 1
             ask = {"type": "observe", "id": os.urandom(16).hex(), "case": observer["case"],
-                   "source": observer["source"], "function": observer["function"]}
+                   "source": observer["source"], "function": observer["function"],
+                   **({"inputs": observer["inputs"]} if "inputs" in observer else {})}
             try:
                 self.worker["down"].send(ask)
                 record, problems = self._answer(ask["id"])
@@ -253,7 +267,7 @@ class Supervisor:
                            "error": "the run ended during this check"})
                 continue
             except (ProtocolError, ValueError) as error:
-                self.flag(f"the run's messages were forged ({error}): code of the cells wrote to the grader's channel")
+                self.flag(f"the run's messages were forged ({error}): code of the cells wrote to the grader's channel", forgery=True)
                 self._stop()
                 return False
             if record is None:
@@ -261,7 +275,8 @@ class Supervisor:
                 record = {"ok": False, "error": f"ran longer than {self.observe_seconds:.0f} s and did not stop when interrupted"}
             self.emit({"type": "observation", "case": observer["case"], **_clean(record)})
             if problems:
-                self.flag("the checks were refused, the process was not quiet after a check: " + "; ".join(problems))
+                self.flag("the checks after this one could not be run: the process was not quiet after a check ("
+                          + "; ".join(problems) + "): a person should look at this submission")
                 return False
         return True
 
@@ -294,10 +309,11 @@ class Supervisor:
                 raise EOFError("the worker is gone")
             kind = message.get("type")
             if kind == "observation" and message.get("id") == ask_id and isinstance(message.get("record"), dict):
+                self._tampering(message)
                 self.zygote = zygote
                 if pending:  # a launch still running: its replies would reach the next check
                     raise ProtocolError("a check ended while its launch ran")
-                return message["record"], [str(p) for p in message.get("problems", [])] or self._external_problems(threads=False)
+                return message["record"], [str(p) for p in message.get("problems", [])]
             if kind == "launch" and self._allowed(message) and zygote is not None:
                 clean_copy.request(message)
                 pending[str(message["id"])] = None
@@ -365,7 +381,7 @@ def main(results_fd: int, observers_fd: int | None = None) -> None:
     _not_dumpable()
     import_course()
     become_subreaper()
-    install_audit_guard()
+    audit.install()
     clean_copy.start(close=(results_fd, observers_fd))  # graded launches fork from this clean state, before any cell runs
 
     def emit(record: dict) -> None:

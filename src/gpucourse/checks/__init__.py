@@ -93,9 +93,29 @@ class CheckFailed(AssertionError):
 
 @dataclass(frozen=True)
 class Case:
+    """One check: ``observe(ns)`` runs the student's code and returns plain data; ``judge(data)`` says
+    what is wrong with it, or None.
+
+    A case with ``draw`` takes its inputs from whoever runs it, at that moment: ``draw(rng)`` (a
+    ``random.Random``) returns plain data, the observer is called ``observe(ns, inputs)`` and the judge
+    ``judge(data, inputs)``. The grader draws them from a seed of its own per submission and sends them
+    into the sandbox only after the last cell, so no answer can know them in advance; hidden cases keep
+    ``draw`` and the reference the judge compares with on the grader's side only. ``check()`` in a
+    notebook draws with a fresh generator each time."""
     name: str
-    observe: Callable[[dict], Any]
-    judge: Callable[[Any], "str | None"]
+    observe: Callable[..., Any]
+    judge: Callable[..., "str | None"]
+    draw: "Callable[[Any], Any] | None" = None
+
+    def inputs(self, rng) -> Any:
+        """This case's inputs drawn from ``rng`` (None for a case without ``draw``), as plain data."""
+        return None if self.draw is None else as_data(self.draw(rng))
+
+    def observe_with(self, ns: dict, inputs: Any = None) -> Any:
+        return self.observe(ns) if self.draw is None else self.observe(ns, inputs)
+
+    def judge_with(self, data: Any, inputs: Any = None) -> "str | None":
+        return self.judge(data) if self.draw is None else self.judge(data, inputs)
 
 
 @dataclass(frozen=True)
@@ -248,6 +268,28 @@ def answer(ns: dict, name: str) -> Any:
     return ns[name]
 
 
+def observe_calls(ns: dict, name: str, calls: list[dict]) -> list[dict]:
+    """Call the answer ``name`` once per entry of ``calls`` (``{"args": [...], "kwargs": {...}}``, values
+    as ``values.describe`` writes them, rebuilt here) and return each outcome as plain data:
+    ``{"returned": <described value>}`` or ``{"raised": [the exception's class and its bases' names]}``.
+    What a differential check observes: the grader computes the same calls with its own reference."""
+    from gpucourse.checks.values import describe, rebuild
+
+    function = answer(ns, name)
+    outcomes = []
+    for call in calls:
+        args, kwargs = rebuild(call.get("args", [])), rebuild(call.get("kwargs", {"__dict__": []}))
+        try:
+            outcomes.append({"returned": describe(function(*args, **kwargs))})
+        except AnswerError:
+            raise
+        except NotImplementedError:
+            raise
+        except Exception as error:
+            outcomes.append({"raised": [k.__name__ for k in type(error).__mro__]})
+    return outcomes
+
+
 def public_cases(exercise: str) -> list[Case]:
     for module in LESSONS:
         importlib.import_module(module)
@@ -261,25 +303,29 @@ def as_data(value: Any) -> Any:
     return json.loads(json.dumps(value))
 
 
-def run_case(case: Case, namespace: dict) -> str | None:
-    """Observe and judge in this process; the failure message, or None.
+def run_case(case: Case, namespace: dict, rng=None) -> str | None:
+    """Observe and judge in this process; the failure message, or None. A case that draws its inputs
+    (``Case.draw``) draws them from ``rng`` (a fresh ``random.Random`` when None).
 
     An exercise whose answer is still the released stub gets one line saying what to define, before
     any of its code runs (an observer may catch the stub's NotImplementedError itself, and a
     multi-process exercise would start processes just to find it).
     """
+    import random
+
     stubbed = unanswered(case, namespace)
     if stubbed:
         return f"{case.name}: {stubbed}"
+    inputs = case.inputs(rng if rng is not None else random.Random())
     try:
-        data = as_data(case.observe(namespace))
+        data = as_data(case.observe_with(namespace, inputs))
     except AnswerError as error:
         return f"{case.name}: {error}"
     except NotImplementedError:  # the released stub, not a crash: say what to write instead
         return f"{case.name}: {unanswered(case)}"
     except Exception as error:  # the student's code raising is a failed case, not a crash
         return f"{case.name}: raised {type(error).__name__}: {error}"
-    verdict = case.judge(data)
+    verdict = case.judge_with(data, inputs)
     return None if verdict is None else f"{case.name}: {verdict}"
 
 

@@ -7,6 +7,32 @@ from gpucourse.checks import Answer, Case, register
 ASSIGNMENT = "lesson03_tensor_cores"  # the course folder this module's exercises belong to
 
 
+# Activation modules by name, for the models a check builds (``build_mlp``): each with the settings it carries.
+ACTIVATIONS = ("ReLU", "Tanh", "GELU", "Sigmoid", "SiLU", "Softsign", "Mish", "Hardsigmoid", "Identity", "Softplus",
+               "LeakyReLU", "ELU", "CELU", "Hardtanh")
+
+
+def build_mlp(spec: dict):
+    """The model and input a spec describes (inputs only: what the padded model must compute is the
+    judges' business): ``widths``; ``bias``, one flag per Linear layer; ``between``, per pair of Linear
+    layers the activation modules between them (``[name, kwargs]``, names from ACTIVATIONS); ``dtype``;
+    weights drawn from ``seed`` (``seeded.filled``, the same everywhere) and an input of ``batch`` rows."""
+    import torch
+    from torch import nn
+
+    from gpucourse.checks.seeded import filled
+
+    widths, layers = spec["widths"], []
+    for i, (a, b) in enumerate(zip(widths, widths[1:])):
+        layers.append(nn.Linear(a, b, bias=spec["bias"][i], dtype=torch.float64))
+        if i < len(widths) - 2:
+            layers += [getattr(nn, name)(**kwargs) for name, kwargs in spec["between"][i]]
+    model = filled(nn.Sequential(*layers), spec["seed"]).to(getattr(torch, spec["dtype"]))
+    generator = torch.Generator().manual_seed(spec["seed"])
+    x = (spec.get("scale", 1.0) * torch.randn(spec["batch"], widths[0], generator=generator, dtype=torch.float64))
+    return model, x.to(getattr(torch, spec["dtype"]))
+
+
 def observe_pad_mlp(ns):
     import torch
     from torch import nn

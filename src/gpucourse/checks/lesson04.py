@@ -9,8 +9,6 @@ gradients the optimizer really steps with.
 
 from __future__ import annotations
 
-import functools
-
 from gpucourse.checks import Answer, Case, register
 
 ASSIGNMENT = "lesson04_mixed_precision"  # the course folder this module's exercises belong to
@@ -194,19 +192,13 @@ def _judge_clip_order(d):
     return None
 
 
-@functools.lru_cache(maxsize=1)  # the same few milliseconds of work for every submission
+# observe_clipped_step's gradients' true norm (float32, no autocast, no scaling; torch.manual_seed(0)), stored:
+# this module computes no expected value of a graded exercise.
+CLIP_TRUE_NORM = 0.9857488330584644
+
+
 def clip_true_norm() -> float:
-    """observe_clipped_step's model and batch, rebuilt here (the same seed): the gradients' true norm
-    (float32, no autocast, no scaling). The grader's own random state is left as it was."""
-    import torch
-    from torch import nn
-    from gpucourse.checks.seeded import global_rng  # the grader's threads share torch's generator
-    with global_rng():
-        torch.manual_seed(0)
-        model = nn.Sequential(nn.Linear(6, 8), nn.Tanh(), nn.Linear(8, 3))
-        inputs, targets = torch.randn(16, 6) * 4, torch.randint(0, 3, (16,))
-        nn.functional.cross_entropy(model(inputs), targets).backward()
-        return float(torch.cat([p.grad.double().flatten() for p in model.parameters()]).norm())
+    return CLIP_TRUE_NORM
 
 
 def _judge_clip_norms(d):

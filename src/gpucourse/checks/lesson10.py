@@ -189,6 +189,36 @@ def _expand(line: str, variables: dict) -> str:
     return re.sub(r"\$\{?([A-Za-z_]\w*)\}?", lambda m: variables.get(m.group(1), m.group(0)), line)
 
 
+# What srun sets differently in each task: in the batch script (which runs once, on the first node, as task 0
+# of the batch step) these read 0; only a shell that each task runs (srun bash -c '...') sees each task's own
+PER_TASK = {"SLURM_NODEID": "0", "SLURM_PROCID": "0", "SLURM_LOCALID": "0"}
+
+
+def _batch_expand(line: str) -> str:
+    """``line`` as the batch shell passes it on: ``$SLURM_NODEID`` (and the other per-task variables) replaced by
+    the batch shell's own value wherever the batch shell expands them (unquoted or in double quotes, not escaped),
+    and left for a later shell inside single quotes or after a backslash."""
+    out, i, quote = [], 0, None
+    while i < len(line):
+        char = line[i]
+        if quote != "'" and char == "\\" and i + 1 < len(line):
+            out.append(line[i:i + 2])
+            i += 2
+            continue
+        if char in "'\"" and quote in (None, char):
+            quote = None if quote == char else char
+        elif char == "$" and quote != "'":
+            match = re.match(r"\$(?:\{(\w+)\}|(\w+))", line[i:])
+            name = match and (match.group(1) or match.group(2))
+            if name in PER_TASK:
+                out.append(PER_TASK[name])
+                i += match.end()
+                continue
+        out.append(char)
+        i += 1
+    return "".join(out)
+
+
 def _split(line: str) -> list[str] | None:
     try:
         return shlex.split(line, comments=True)
@@ -266,7 +296,7 @@ def _launch(words: list[str], command: list[str], nodes: int, gpus: int) -> dict
         inner = _shell_commands(program[program.index("-c") + 1])
         launcher = next((c for c in inner if _is_torchrun(c)), None)
         if launcher is not None:  # bash -c 'torchrun ... --node-rank=$SLURM_NODEID ...': torchrun launches
-            return _torchrun(launcher, command, nodes, gpus, srun)
+            return _torchrun(launcher, command, nodes, gpus, srun, in_task_shell=True)
         runs = any(c[:len(command)] == command for c in inner)
         return {"kind": "lightning", "srun": srun,
                 "problem": None if runs else "bash -c does not run the command as given"}
@@ -274,11 +304,12 @@ def _launch(words: list[str], command: list[str], nodes: int, gpus: int) -> dict
         shown = " ".join(program[:len(command) + 1])
         return {"kind": "lightning", "srun": srun,
                 "problem": f"srun must start the command itself, as given; this line starts {shown!r}"}
-    return _torchrun(program, command, nodes, gpus, srun)
+    return _torchrun(program, command, nodes, gpus, srun, in_task_shell=False)
 
 
-def _torchrun(program: list[str], command: list[str], nodes: int, gpus: int, srun: dict) -> dict:
-    """A torchrun launch (``program`` starts with torchrun or python -m torch.distributed.run) of ``command``."""
+def _torchrun(program: list[str], command: list[str], nodes: int, gpus: int, srun: dict, in_task_shell: bool) -> dict:
+    """A torchrun launch (``program`` starts with torchrun or python -m torch.distributed.run) of ``command``;
+    ``in_task_shell``: started by a shell each task runs (srun bash -c '...'), which expands the task's variables."""
     options, script = _split_options(program[1 if program[0].endswith("torchrun") else 3:], TORCHRUN_FLAGS)
     after_python = _python_args(command)
     if "no-python" in options:
@@ -300,12 +331,25 @@ def _torchrun(program: list[str], command: list[str], nodes: int, gpus: int, sru
     if nodes > 1 and ("standalone" in options or not rendezvous):
         problems.append("the torchruns of different nodes never meet: give them a rendezvous on one node"
                         " (--rdzv-backend=c10d --rdzv-endpoint=<first node>:<port>)")
-    return {"kind": "torchrun", "srun": srun, "problem": problems[0] if problems else None}
+    rank_problem = None
+    static = not (options.get("rdzv-endpoint") and options.get("rdzv-backend", "static") != "static")
+    if nodes > 1 and static and "node-rank" in options and "standalone" not in options:
+        value = options["node-rank"]
+        per_task = re.fullmatch(r"\$(?:\{SLURM_(?:NODEID|PROCID)\}|SLURM_(?:NODEID|PROCID))", value)
+        if per_task and not in_task_shell:
+            rank_problem = (f"srun hands torchrun --node-rank={value} as it is: no shell of the task expands it; "
+                            "start torchrun from a shell each task runs (srun bash -c '...')")
+        elif not per_task:
+            rank_problem = (f"every node's torchrun gets --node-rank={value}: the batch shell expands variables once, "
+                            "on the first node, before srun starts the tasks (there SLURM_NODEID is 0); let each task's "
+                            "own shell expand $SLURM_NODEID (srun bash -c '...', the variable in single quotes)")
+    return {"kind": "torchrun", "srun": srun, "problem": problems[0] if problems else None, "rank_problem": rank_problem}
 
 
 def sbatch_problems(request: dict, text) -> list[tuple[str, str]]:
     """Everything wrong with ``text`` as an sbatch script for a Lightning job on ``request`` = {nodes, gpus,
-    command}, as (clause, message): clauses "text", "interpreter", "nodes", "tasks", "gpus", "launch"."""
+    command}, as (clause, message): clauses "text", "interpreter", "nodes", "tasks", "gpus", "launch", "ranks"
+    (each node's torchrun its own node rank, expanded where each task runs)."""
     if text.startswith("<a "):
         return [("text", f"return the script's text (a str), got {text[1:-1]}")]
     nodes, gpus, command = request["nodes"], request["gpus"], request["command"]
@@ -336,6 +380,7 @@ def sbatch_problems(request: dict, text) -> list[tuple[str, str]]:
     tail = after_python[1:] if after_python and after_python[0] == "-m" else after_python
     launches = []
     for line in script["body"]:
+        line = _batch_expand(line)  # what the batch shell passes on: per-task variables read on the first node
         assignment = re.fullmatch(r"(?:export\s+)?([A-Za-z_]\w*)=(.*)", line)
         if assignment:
             value = _split(_expand(assignment.group(2), variables))
@@ -357,6 +402,8 @@ def sbatch_problems(request: dict, text) -> list[tuple[str, str]]:
     if not launches:
         problems.append(("launch", f"{job}: the command {command!r} is never run after the #SBATCH lines"))
     for line, launch in launches:
+        if launch.get("rank_problem"):
+            problems.append(("ranks", f"{job}: {launch['rank_problem']}"))
         if launch["problem"]:
             problems.append(("launch", f"{job}: {line!r} {launch['problem']}" if launch["kind"] == "once"
                              else f"{job}: {launch['problem']}"))
@@ -380,7 +427,7 @@ def sbatch_problems(request: dict, text) -> list[tuple[str, str]]:
 
 def judge_sbatch(request: dict, text) -> str | None:
     """Is ``text`` an sbatch script for Lightning on ``request`` = {nodes, gpus, command}? Its first problem, or None."""
-    order = ("text", "interpreter", "nodes", "tasks", "gpus", "launch")
+    order = ("text", "interpreter", "nodes", "tasks", "gpus", "launch", "ranks")
     problems = sorted(sbatch_problems(request, text), key=lambda p: order.index(p[0]))
     return problems[0][1] if problems else None
 

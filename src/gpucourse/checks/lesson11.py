@@ -29,6 +29,8 @@ def synthetic_trace(spec: dict) -> list[dict]:
     ``decoys`` (CPU ranges whose names contain a label's name), ``shuffle`` (events in random order),
     ``seed``, ``idle`` (µs per step spent in no phase, inside the step's ``ProfilerStep#`` range),
     ``sync_at`` (label -> "start" or "end": an ``aten::item`` exactly at that end of the label's ranges).
+    ``phases`` (what ``diagnose`` is given: may name labels that never run, and leave out labels that do),
+    ``share`` and ``positional`` (share passed as the third argument, not by name) say how it is called.
     """
     import random
 
@@ -132,7 +134,9 @@ def observe_diagnoses(ns, specs):
         events = synthetic_trace(spec)
         before = copy.deepcopy(events)
         try:
-            if "share" in spec:
+            if "share" in spec and spec.get("positional"):
+                got = diagnose(events, list(spec["phases"]), spec["share"])
+            elif "share" in spec:
                 got = diagnose(events, list(spec["phases"]), share=spec["share"])
             else:
                 got = diagnose(events, list(spec["phases"]))

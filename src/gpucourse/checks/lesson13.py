@@ -1,10 +1,10 @@
 """Public checks for lesson 13 (sharded data parallel: ZeRO and FSDP). Observers are self-contained: see lesson01.py.
 
 ``ShardedAdam`` runs as a script under torchrun (gpucourse.checks.ddp): every rank runs the driver
-below and reports the weights after every step and the bytes its optimizer keeps. The judges rebuild the
-same model and data here and train them with one process (the mean of every rank's gradient, then
-``torch.optim.Adam``: what DDP + Adam computes) to know the expected weights; they never read an expected
-value from a rank's report.
+below and reports the weights after every step and the bytes its optimizer keeps. The public judge
+compares them with sums of DDP + Adam's weights stored below (``SHARDED_PUBLIC_SUMS``: this module has
+no way to compute them); the grader's hidden checks draw other models, Adam settings and numbers of
+processes at grading time and train DDP + Adam themselves to know the expected weights.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ ASSIGNMENT = "lesson13_sharded_data_parallel"  # the course folder this module's
 SHARDED_INPUTS = {"seed": 0, "steps": 4, "rows": 6, "lr": 0.01, "betas": [0.9, 0.99], "eps": 1e-3,
                   "runs": [{"widths": [24, 40, 2]}]}  # 1082 parameters, 960 of them in one weight
 BOOKKEEPING = 64  # elements a ShardedAdam may keep beyond 3 per parameter of its shard (step counts, sizes)
+TEXT_DEFAULTS = {"lr": 1e-3, "betas": [0.9, 0.999], "eps": 1e-8}  # ShardedAdam(params)'s, as the text writes them
 
 
 def build_model(widths, seed):
@@ -61,24 +62,10 @@ def state_budget_bytes(widths, world_size, itemsize=8) -> int:
     return (3 * math.ceil(parameter_count(widths) / world_size) + BOOKKEEPING) * itemsize
 
 
-def expected_weights(inputs, run, world_size):
-    """The weights after every step when one process averages every rank's gradient and steps
-    ``torch.optim.Adam``: what DDP + Adam computes. Run in the grader, from the inputs alone."""
-    import torch
-    from torch.nn import functional as F
-
-    widths = run["widths"]
-    model = build_model(widths, inputs["seed"])
-    adam = torch.optim.Adam(model.parameters(), lr=inputs["lr"], betas=tuple(inputs["betas"]), eps=inputs["eps"])
-    after = []
-    for step in range(inputs["steps"]):
-        adam.zero_grad()
-        for rank in range(world_size):
-            x, y = rank_rows(widths, inputs["seed"], step, rank, inputs["rows"])
-            (F.mse_loss(model(x), y) / world_size).backward()
-        adam.step()
-        after.append([float(w) for p in model.parameters() for w in p.detach().reshape(-1)])
-    return after
+def run_settings(inputs, run) -> dict:
+    """A run's settings: the launch's (``inputs``, over SHARDED_INPUTS), then the run's own (``lr``, ``betas``,
+    ``eps``, ``steps``, ``rows``, ``seed``, ``call``: how ShardedAdam is built, "keywords" by default)."""
+    return {**SHARDED_INPUTS, **(inputs or {}), **run}
 
 
 def kept_tensor_bytes(root, exclude, namespace=None) -> int:
@@ -128,31 +115,41 @@ def kept_tensor_bytes(root, exclude, namespace=None) -> int:
 
 
 def drive_sharded_adam(ns, inputs=None):
-    """On this rank, for every run of ``inputs`` (SHARDED_INPUTS by default): build the model (the same
-    on every rank), the student's ShardedAdam over its parameters, and for every step compute this
-    rank's loss on its own rows, backward, ``step()``; record the weights after every step and the
-    bytes of the tensors the optimizer keeps (not the parameters, not their gradients)."""
+    """On this rank, for every run of ``inputs`` (SHARDED_INPUTS by default; a run's own settings over the
+    launch's, ``run_settings``): build the model (the same on every rank), the student's ShardedAdam over
+    its parameters (as the run's ``call`` says: "keywords", "positional", "lr_only" or "defaults"), and for
+    every step compute this rank's loss on its own rows, backward, ``step()``; record the weights after
+    every step and the bytes of the tensors the optimizer keeps (not the parameters, not their gradients)."""
     import torch.distributed as dist
     from torch.nn import functional as F
 
     from gpucourse.checks.ddp_harness import init_process_group
-    from gpucourse.checks.lesson13 import SHARDED_INPUTS, build_model, kept_tensor_bytes, rank_rows
+    from gpucourse.checks.lesson13 import build_model, kept_tensor_bytes, rank_rows, run_settings
 
-    inputs = {**SHARDED_INPUTS, **(inputs or {})}
+    inputs = inputs or {}
     init_process_group()
     rank, world = dist.get_rank(), dist.get_world_size()
     records = []
-    for run in inputs["runs"]:
-        widths = run["widths"]
-        model = build_model(widths, inputs["seed"])
+    for run in run_settings(inputs, {})["runs"]:
+        s = run_settings(inputs, run)
+        widths = s["widths"]
+        model = build_model(widths, s["seed"])
         record = {"widths": widths, "weights": [], "state_bytes": None}
         try:
-            optimizer = ns["ShardedAdam"](model.parameters(), lr=inputs["lr"], betas=tuple(inputs["betas"]),
-                                          eps=inputs["eps"])
-            for step in range(inputs["steps"]):
+            cls, lr, betas, eps = ns["ShardedAdam"], s["lr"], tuple(s["betas"]), s["eps"]
+            how = s.get("call", "keywords")
+            if how == "positional":
+                optimizer = cls(model.parameters(), lr, betas, eps)
+            elif how == "defaults":
+                optimizer = cls(model.parameters())
+            elif how == "lr_only":
+                optimizer = cls(model.parameters(), lr=lr)
+            else:
+                optimizer = cls(model.parameters(), lr=lr, betas=betas, eps=eps)
+            for step in range(s["steps"]):
                 for p in model.parameters():
                     p.grad = None
-                x, y = rank_rows(widths, inputs["seed"], step, rank, inputs["rows"])
+                x, y = rank_rows(widths, s["seed"], step, rank, s["rows"])
                 F.mse_loss(model(x), y).backward()
                 optimizer.step()
                 record["weights"].append([float(w) for p in model.parameters() for w in p.detach().reshape(-1)])
@@ -172,62 +169,114 @@ def observe_sharded_adam(ns):
     return run_exercise_script(ns, "sharded_adam")
 
 
-def judge_weights(d, inputs=None, world_size=2, runs=None):
-    """Every run (or those of ``runs``) on every rank: no error, the same weights on every rank after every
-    step, and those of DDP + Adam (recomputed here) to 1e-9 (float64: only rounding differs)."""
-    from gpucourse.checks.lesson13 import SHARDED_INPUTS, expected_weights
+def run_words(settings, world_size) -> str:
+    """A run in a few words, for messages."""
+    how = {"positional": ", ShardedAdam(params, lr, betas, eps)", "defaults": ", ShardedAdam(params): the defaults",
+           "lr_only": ", ShardedAdam(params, lr=...)"}.get(settings.get("call"), "")
+    return (f"{world_size} ranks, widths {settings['widths']} ({parameter_count(settings['widths'])} parameters), "
+            f"{settings['steps']} steps{how}")
 
+
+def launch_problem(d, inputs=None, world_size=2) -> str | None:
+    """What is wrong with a launch's record before any expected value: a rank that did not report, saw
+    another world size, raised, or ended a step with weights that differ from another rank's, or of
+    another count than the model's."""
     ran = judge_script_ran(d, world_size)
     if ran:
         return ran
-    inputs = {**SHARDED_INPUTS, **(inputs or {})}
     ranks = d["ranks"]
-    for i, run in enumerate(inputs["runs"]):
-        if runs is not None and i not in runs:
-            continue
-        parameters = sum(a * b + b for a, b in zip(run['widths'], run['widths'][1:]))
-        where = f"{world_size} ranks, widths {run['widths']} ({parameters} parameters)"
+    runs = run_settings(inputs, {})["runs"]
+    for rank, r in sorted(ranks.items()):
+        if r.get("world_size") != world_size:
+            return f"rank {rank} saw world size {r.get('world_size')}, not {world_size}"
+        if not isinstance(r.get("runs"), list) or len(r["runs"]) != len(runs):
+            return f"rank {rank} reported {len(r.get('runs') or [])} runs, not {len(runs)}"
+    for i, run in enumerate(runs):
+        s = run_settings(inputs, run)
+        where = run_words(s, world_size)
         for rank, r in sorted(ranks.items()):
-            if r["world_size"] != world_size:
-                return f"rank {rank} saw world size {r['world_size']}, not {world_size}"
-            got = r["runs"][i]
-            if "error" in got:
-                return f"{where}, rank {rank}: ShardedAdam raised {got['error']}"
-        want = expected_weights(inputs, run, world_size)
-        for step, expected in enumerate(want):
-            mine = [ranks[str(k)]["runs"][i]["weights"][step] for k in range(world_size)]
-            if any(m != mine[0] for m in mine[1:]):
+            if "error" in r["runs"][i]:
+                return f"{where}, rank {rank}: ShardedAdam raised {r['runs'][i]['error']}"
+        for step in range(s["steps"]):
+            mine = [ranks[str(k)]["runs"][i]["weights"][step] if step < len(ranks[str(k)]["runs"][i]["weights"]) else None
+                    for k in range(world_size)]
+            if mine[0] is None or any(m != mine[0] for m in mine[1:]):
                 return (f"{where}: after step {step + 1} the ranks hold different weights: every rank must end "
                         "a step with all the updated parameters")
-            if len(mine[0]) != len(expected):
-                return f"{where}: after step {step + 1} the model has {len(mine[0])} weights, not {len(expected)}"
-            gap = max(abs(a - b) if a == a else math.inf for a, b in zip(mine[0], expected))
-            if not gap <= 1e-9:
-                return (f"{where}: after step {step + 1} the weights differ from DDP + Adam's by up to {gap:.3g} "
+            if len(mine[0]) != parameter_count(s["widths"]):
+                return f"{where}: after step {step + 1} the model has {len(mine[0])} weights, not {parameter_count(s['widths'])}"
+    return None
+
+
+def tensor_sums(weights, widths) -> list[list[float]]:
+    """Per parameter tensor (each layer's weight, then its bias): the sum of its elements and their sum with
+    signs of a fixed pseudo-random pattern. Two sums per tensor are what the public judge stores."""
+    import random
+
+    signs = random.Random(13)
+    out, at = [], 0
+    for a, b in zip(widths, widths[1:]):
+        for size in (a * b, b):
+            part = weights[at:at + size]
+            at += size
+            out.append([math.fsum(part), math.fsum(w if signs.random() < 0.5 else -w for w in part)])
+    return out
+
+
+def tensor_names(widths) -> list[str]:
+    return [f"layer {i + 1}'s {kind}" for i in range(len(widths) - 1) for kind in ("weight", "bias")]
+
+
+# DDP + Adam's weights on SHARDED_INPUTS (2 ranks), summed per tensor (``tensor_sums``) after each step:
+# computed once by the grader's reference and stored, so that this module holds no way to compute them.
+SHARDED_PUBLIC_SUMS = [  # [step][tensor] -> [sum, signed sum]; tensors: layer 1's weight, bias, layer 2's weight, bias
+    [[-0.8871477268396185, 0.528274746930601], [0.6952239980572945, 0.742311731471857],
+     [0.5647278223069468, 0.1837320012831186], [0.0364388462571109, -0.22019348250452675]],
+    [[-0.7729168635532889, 0.43842191049491247], [0.675761702709247, 0.6956705223989451],
+     [0.5262385469030538, 0.11761795825640559], [0.03854377357688207, -0.20235254545577297]],
+    [[-0.7289181995670644, 0.48616324920787063], [0.6705762931354574, 0.7384160447673691],
+     [0.4624930942299448, 0.09128939472385159], [0.02897320784614213, -0.19632502167039562]],
+    [[-0.7564358903944349, 0.2871185388409461], [0.6659473268339677, 0.7762964306234345],
+     [0.4114986982891396, 0.07448387839249389], [0.019695864952862657, -0.1940351504377146]],
+]
+SUM_TOLERANCE = 1e-9  # float64: a right answer differs by rounding only (about 1e-15 here)
+
+
+def judge_weights(d):
+    """The public launch: it ran on 2 ranks, every rank holds the same weights after every step, and their
+    sums per tensor are DDP + Adam's (stored, ``SHARDED_PUBLIC_SUMS``)."""
+    from gpucourse.checks.lesson13 import SHARDED_INPUTS, SHARDED_PUBLIC_SUMS, SUM_TOLERANCE, run_words, tensor_names, tensor_sums
+
+    problem = launch_problem(d, None, 2)
+    if problem:
+        return problem
+    s = run_settings(None, SHARDED_INPUTS["runs"][0])
+    names = tensor_names(s["widths"])
+    for step, stored in enumerate(SHARDED_PUBLIC_SUMS):
+        sums = tensor_sums(d["ranks"]["0"]["runs"][0]["weights"][step], s["widths"])
+        for name, got, want in zip(names, sums, stored):
+            if not all(abs(g - w) <= SUM_TOLERANCE for g, w in zip(got, want)):  # nan fails too
+                return (f"{run_words(s, 2)}: after step {step + 1} the weights of {name} differ from DDP + Adam's "
                         "(float64, so only rounding may differ)")
     return None
 
 
-def judge_state(d, inputs=None, world_size=2, runs=None):
-    """Every rank keeps at most 3 elements per element of its shard, plus bookkeeping."""
-    from gpucourse.checks.lesson13 import SHARDED_INPUTS, state_budget_bytes
-
+def judge_state(d, inputs=None, world_size=2):
+    """Every rank keeps at most 3 elements per element of its shard, plus bookkeeping, in every run."""
     ran = judge_script_ran(d, world_size)
     if ran:
         return ran
-    inputs = {**SHARDED_INPUTS, **(inputs or {})}
-    for i, run in enumerate(inputs["runs"]):
-        if runs is not None and i not in runs:
-            continue
-        budget = state_budget_bytes(run["widths"], world_size)
-        full = 2 * sum(a * b + b for a, b in zip(run["widths"], run["widths"][1:])) * 8
+    for i, run in enumerate(run_settings(inputs, {})["runs"]):
+        s = run_settings(inputs, run)
+        budget = state_budget_bytes(s["widths"], world_size)
+        full = 2 * parameter_count(s["widths"]) * 8
         for rank, r in sorted(d["ranks"].items()):
-            got = r["runs"][i]
+            got = r["runs"][i] if isinstance(r.get("runs"), list) and i < len(r["runs"]) else {"error": "no record"}
             if "error" in got:
                 return f"rank {rank}: ShardedAdam raised {got['error']}"
             if got["state_bytes"] is None or got["state_bytes"] > budget:
-                return (f"{world_size} ranks, widths {run['widths']}: rank {rank} keeps {got['state_bytes']} bytes of "
-                        f"optimizer state; its shard allows at most {budget} (Adam's full state is {full})")
+                return (f"{run_words(s, world_size)}: rank {rank} keeps {got['state_bytes']} bytes of optimizer state; "
+                        f"its shard allows at most {budget} (Adam's full state is {full})")
     return None
 
 
@@ -241,78 +290,40 @@ register("sharded_adam",
          points=4, kind=Script(("ShardedAdam",), driver="gpucourse.checks.lesson13:drive_sharded_adam"))
 
 
-def generated_inputs(seed: int, world_size: int) -> dict:
-    """Inputs for a check with other sizes: models whose parameter count ``world_size`` does not divide
-    (both remainders where there are two), other Adam settings and more steps. Seeded: the observer
-    and the judge build the same."""
-    import random
-
-    rng = random.Random(seed)
-    runs, wanted = [], set(range(1, world_size))  # every non-zero remainder once, and at least two models
-    while wanted or len(runs) < 2:
-        widths = [rng.randint(3, 11) for _ in range(rng.choice([3, 4]))]
-        remainder = parameter_count(widths) % world_size
-        if remainder and (remainder in wanted or not wanted):
-            wanted.discard(remainder)
-            runs.append({"widths": widths})
-    return {"seed": rng.randint(1, 999), "steps": 5, "rows": rng.randint(3, 7), "lr": rng.choice([0.02, 0.005]),
-            "betas": [rng.choice([0.8, 0.85]), rng.choice([0.95, 0.97])], "eps": rng.choice([1e-3, 3e-3]), "runs": runs}
-
-
 # --- Exercise 1: shard boundaries with the padding rule ----------------------------------------------
 
-SHARD_PUBLIC = [[10, 4], [8, 2], [3, 1]]  # [numel, world_size]: every rank of each
+# [numel, world_size] -> every rank's (start, stop), as the exercise's text works them out: stored, so that
+# this public module holds no way to compute a shard range (the grader's reference lives with its hidden checks)
+SHARD_PUBLIC = {(10, 4): [(0, 3), (3, 6), (6, 9), (9, 10)], (8, 2): [(0, 4), (4, 8)], (3, 1): [(0, 3)]}
 
 
-def observe_shard_ranges(ns, grid=None, bad=()):
-    """``shard_range`` for every rank of every ``[numel, world_size]`` of ``grid`` (SHARD_PUBLIC by default),
-    and what each of ``bad`` ``[numel, rank, world_size]`` raises. Results as data: a pair of ints, or a
-    description of what came back."""
-    from gpucourse.checks import answer
+def observe_shard_ranges(ns):
+    """``shard_range`` on every rank of the public cases (``SHARD_PUBLIC``), as ``observe_calls`` reports it."""
+    from gpucourse.checks import observe_calls
     from gpucourse.checks.lesson13 import SHARD_PUBLIC
+    from gpucourse.checks.values import describe
 
-    def describe(got):
-        if isinstance(got, tuple) and len(got) == 2 and all(type(v) is int for v in got):
-            return list(got)
-        return f"a {type(got).__name__} {str(got)[:60]}"
-
-    function = answer(ns, "shard_range")
-    results = []
-    for numel, world in grid or SHARD_PUBLIC:
-        for rank in range(world):
-            try:
-                results.append([numel, rank, world, describe(function(numel, rank, world))])
-            except Exception as error:
-                results.append([numel, rank, world, f"raised {type(error).__name__}"])
-    raised = []
-    for numel, rank, world in bad:
-        try:
-            raised.append([numel, rank, world, f"returned {str(function(numel, rank, world))[:60]}"])
-        except Exception as error:
-            raised.append([numel, rank, world, type(error).__name__])
-    return {"results": results, "raised": raised}
+    calls = [{"args": describe([numel, rank, world]), "kwargs": describe({})}
+             for numel, world in SHARD_PUBLIC for rank in range(world)]
+    return observe_calls(ns, "shard_range", calls)
 
 
-def expected_shard(numel, rank, world_size):
-    """The padding rule: chunks of ceil(numel / world_size); padding dropped; ranks past the end get (numel, numel)."""
-    chunk = -(-numel // world_size)
-    return [min(rank * chunk, numel), min((rank + 1) * chunk, numel)]
+def judge_shard_ranges(observed):
+    from gpucourse.checks.lesson13 import SHARD_PUBLIC
+    from gpucourse.checks.values import describe, type_words
 
-
-def judge_shard_ranges(d, grid=None):
-    from gpucourse.checks.lesson13 import SHARD_PUBLIC, expected_shard
-
-    wanted = [[n, r, w] for n, w in (grid or SHARD_PUBLIC) for r in range(w)]
-    if [row[:3] for row in d["results"]] != wanted:
-        return "the inputs were changed while checking"
-    for numel, rank, world, got in d["results"]:
-        want = expected_shard(numel, rank, world)
-        if isinstance(got, str) and not got.startswith("raised"):
-            return f"shard_range({numel}, {rank}, {world}) returned {got}: return a tuple of two ints (start, stop)"
-        if got != want:
-            shown = f"returned {tuple(got)}" if isinstance(got, list) else got if got.startswith("raised") else f"returned {got}"
-            return (f"shard_range({numel}, {rank}, {world}) {shown}; with chunks of ceil({numel}/{world}) "
-                    f"and the padding dropped it is {tuple(want)}")
+    wanted = [(numel, rank, world, stored[rank]) for (numel, world), stored in SHARD_PUBLIC.items() for rank in range(world)]
+    if not isinstance(observed, list) or len(observed) != len(wanted):
+        return "the answer was not called on every public case"
+    for (numel, rank, world, want), got in zip(wanted, observed):
+        where = f"shard_range({numel}, {rank}, {world})"
+        if not isinstance(got, dict) or "returned" not in got:
+            raised = got.get("raised", ["an exception"])[0] if isinstance(got, dict) else "nothing"
+            return f"{where} raised {raised}"
+        if got["returned"] != describe(want):
+            if type_words(got["returned"]) != "a tuple":
+                return f"{where} returned {type_words(got['returned'])}: return a tuple of two ints (start, stop)"
+            return f"{where} returned a wrong range; with chunks of ceil({numel}/{world}) and the padding dropped it is {want}"
     return None
 
 

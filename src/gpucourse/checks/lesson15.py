@@ -2,8 +2,9 @@
 
 ``arithmetic_intensity`` counts the FLOPs and the least traffic of a matmul, an elementwise add and
 a convolution; ``attainable`` and ``bound`` read the roofline. The observers call the answers on
-literal or seeded inputs and report what came back as plain data; the public judges compare with
-values worked out by hand (in the comments), the hidden ones with their own arithmetic.
+literal inputs and report what came back as plain data; the public judges compare with values worked
+out by hand and stored here (in the comments): this module holds no way to count them. Grading draws
+other inputs and compares with the grader's own reference.
 """
 
 from __future__ import annotations
@@ -207,65 +208,3 @@ register("roofline_bound",
                   Answer("bound", "function",
                          "a function bound(intensity, peak_flops, bandwidth) returning 'memory' or 'compute'")],
          points=2)
-
-
-# --- generated inputs for the hidden checks (seeded: the judge regenerates the same ones) ---------
-
-def matmul_calls(seed: int, count: int) -> list[list]:
-    """Matmuls of 1 to 5,000 per side (matrix-vector products among them), 1, 2, 4 or 8 bytes per element."""
-    import random
-
-    rng = random.Random(seed)
-    calls = []
-    for i in range(count):
-        dims = [rng.choice([1, rng.randint(1, 64), rng.randint(65, 5000)]) for _ in range(3)]
-        calls.append(["matmul", dims, rng.choice([1, 2, 4, 8])])
-    return calls
-
-
-def add_calls(seed: int, count: int) -> list[list]:
-    """Adds of tensors of 1 to 4 dimensions, 1 to 300 per dimension."""
-    import random
-
-    rng = random.Random(seed)
-    return [["add", [rng.randint(1, 300) for _ in range(rng.randint(1, 4))], rng.choice([1, 2, 4, 8])]
-            for _ in range(count)]
-
-
-def conv_calls(seed: int, count: int) -> list[list]:
-    """Convolutions with kernels of 1 to 7 (not square), strides 1 to 4 that need not divide the padded
-    size, paddings 0 to 3, inputs not square, down to an output of 1x1."""
-    import random
-
-    rng = random.Random(seed)
-    calls = []
-    for _ in range(count):
-        r, s = rng.randint(1, 7), rng.randint(1, 7)
-        pad, stride = rng.randint(0, 3), rng.randint(1, 4)
-        smallest_h, smallest_w = max(1, r - 2 * pad), max(1, s - 2 * pad)  # at least one output row and column
-        h = smallest_h if rng.random() < 0.2 else rng.randint(smallest_h, smallest_h + 40)
-        w = smallest_w if rng.random() < 0.2 else rng.randint(smallest_w, smallest_w + 40)
-        calls.append(["conv2d", [rng.randint(1, 64), rng.randint(1, 256), h, w, rng.randint(1, 256), r, s, stride, pad],
-                      rng.choice([1, 2, 4])])
-    return calls
-
-
-def roof_calls(seed: int, count: int) -> list[list]:
-    """Intensities, peaks and bandwidths over many orders of magnitude, with exact ties at the ridge
-    (dyadic numbers, so ``i * b == peak`` and ``peak / b == i`` both hold exactly), ints among them."""
-    import random
-
-    rng = random.Random(seed)
-    calls = []
-    for i in range(count):
-        bandwidth = rng.randint(1, 4000) * 2.0 ** rng.randint(20, 34)
-        if i % 3 == 0:  # exactly at the ridge
-            intensity = rng.randint(1, 4096) / 2 ** rng.randint(0, 6)
-            peak = intensity * bandwidth
-        else:
-            intensity = 10 ** rng.uniform(-3, 4)
-            peak = 10 ** rng.uniform(9, 15)
-        if i % 5 == 1:
-            intensity, peak, bandwidth = int(max(1, intensity)), int(peak), int(bandwidth)
-        calls.append([intensity, peak, bandwidth])
-    return calls

@@ -1,7 +1,8 @@
 """Public checks for the assessment quiz: each answer must be one of the offered letters.
 
-An answer is read as the notebook's intro says: upper or lower case, and spaces, brackets or quotes
-around the letter, do not matter ("C", " c ", "(c)" are all c); anything else is not a letter.
+An answer is read as the notebook's intro says, and as grading reads it: upper or lower case, and
+spaces, brackets or quotes around the letter, do not matter ("C", " c ", "(c)", "c)" are all c);
+anything else beside it ("c.", "*c*", "`c`") is not a letter.
 
 Whether it is the right letter is for grading to say (the quiz's hidden checks), with a hint when it
 is not.
@@ -25,8 +26,12 @@ def observe_answer(ns):
     for name in (f"q{n}" for n in range(1, 27)):
         if name in ns:
             problem = answer_problem(ns, name)
-            # the letter as written, in either case, with spaces, brackets or quotes around it: "C", " c ", "(c)"
-            found[name] = {"problem": problem} if problem else ns[name].strip().lower().strip(" ()[]*.:'\"`")
+            # the letter as written, in either case, with spaces, brackets or quotes around it: "C", " c ", "(c)",
+            # "c)"; anything else ("c.", "*c*") is kept as written, and is not a letter
+            text = str.__str__(ns[name]) if not problem else ""
+            inner = text.strip(" \t\n()[]{}'\"")
+            letter = inner.lower() if len(inner) == 1 and inner.lower() in "abcd" else text
+            found[name] = {"problem": problem} if problem else letter
     return found
 
 

@@ -1,0 +1,78 @@
+"""The runner as the grader runs it (``python -m autograders.worker``), without a sandbox: honest code that
+leaves threads and processes behind is observed and flagged for nothing; what only tampering does is
+flagged at run time with its cell and line (``autograders.worker.audit``), and never zeroes a score;
+a worker that runs the cells' code in a thread after them is given a second run, then a flag for a person.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from autograders.classroom import HONEST
+from test_checks import _run_runner
+
+pytestmark = pytest.mark.slow  # each run starts the runner and imports torch: seconds each
+
+OBSERVER = {"case": "c1", "source": "def observe(ns):\n    return ns['answer']()\n", "function": "observe"}
+
+
+def _run(*sources: str) -> tuple[list[dict], list[str], list[dict]]:
+    records = _run_runner({"cells": [{"source": s, "grade_id": f"cell{i}"} for i, s in enumerate(sources)],
+                           "observers": [OBSERVER], "cell_seconds": 60, "observe_seconds": 60})
+    flags = [r for r in records if r["type"] == "flag"]
+    return [r for r in records if r["type"] == "cell"], [f["reason"] for f in flags], flags
+
+
+def test_honest_threads_and_processes_left_behind_cost_nothing():
+    cells, flags, _ = _run("def answer():\n    return 42\n" + HONEST)
+    assert cells[0]["error"] is None, cells[0]["error"]
+    assert flags == []
+
+
+def test_the_checks_see_what_honest_processes_left_running_still_do():
+    """A forkserver pool made in one cell still serves the next cell and the check: nothing killed it."""
+    pool = "import multiprocessing as mp\nPOOL = mp.get_context('forkserver').Pool(1)\nassert POOL.map(abs, [-1]) == [1]\n"
+    use = "def answer():\n    return POOL.map(abs, [-2, -3])\n"
+    cells, flags, _ = _run(pool, use)
+    assert [c["error"] for c in cells] == [None, None]
+    assert flags == []
+
+
+TAMPERING = {
+    "compiles a string at run time": "import base64\nexec(base64.b64decode(b'eD0x').decode())",
+    "walks the interpreter's frames": "import sys\nframe = sys._getframe()",
+    "walks the interpreter's frames (inspect)": "import inspect\nframe = inspect.currentframe()",
+    "walks every object in memory": "import gc\nn = len(gc.get_objects())",
+    "calls C through ctypes": "import ctypes\nlibc = ctypes.CDLL(None)",
+    "registers an at-fork hook": "import os\nos.register_at_fork(after_in_child=lambda: None)",
+}
+
+
+def test_what_only_tampering_does_is_flagged_with_its_cell_and_line_and_zeroes_nothing():
+    sources = list(TAMPERING.values()) + ["def answer():\n    return 42"]
+    records = _run_runner({"cells": [{"source": s, "grade_id": None} for s in sources],
+                           "observers": [OBSERVER], "cell_seconds": 60, "observe_seconds": 60})
+    flags = [r for r in records if r["type"] == "flag"]
+    for index, (what, _) in enumerate(TAMPERING.items()):
+        words = what.split(" (")[0]
+        assert any(f"cell {index}, line 2: {words}" in f["reason"] for f in flags), (what, flags)
+    assert not any(f.get("forgery") for f in flags)
+    observation = next(r for r in records if r["type"] == "observation")
+    assert observation["ok"] and observation["data"] == 42
+
+
+def test_libraries_that_compile_or_walk_frames_are_not_the_cells():
+    honest = ("import collections, dataclasses, logging\nPoint = collections.namedtuple('Point', 'x y')\n"
+              "@dataclasses.dataclass\nclass Box:\n    size: int\nlogging.getLogger('x').warning('fine')\n"
+              "def answer():\n    return Box(Point(1, 2).x).size\n")
+    _, flags, _ = _run(honest)
+    assert flags == []
+
+
+def test_a_thread_running_the_cells_code_gets_a_second_run_then_a_flag_for_a_person_not_a_forgery():
+    left = "import threading, time\ndef spin():\n    while True:\n        time.sleep(0.001)\n" \
+           "threading.Thread(target=spin, daemon=True).start()\ndef answer():\n    return 1\n"
+    cells, reasons, flags = _run(left)
+    assert cells[0]["error"] is None
+    assert len(flags) == 1 and "not quiet after the cells, twice" in reasons[0] and "a person should look" in reasons[0]
+    assert not flags[0].get("forgery")
