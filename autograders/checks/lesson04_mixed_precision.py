@@ -32,15 +32,26 @@ from gpucourse.checks import Case
 #     autocast and no_grad ..." and "autocast with the device type and dtype given ..."
 #  9. batches moved to the model's device, inside the loop -> "batches moved to the model's device ..."
 
-def observe_amp_epoch(ns):
+def draw_epoch(rng):
+    """The epoch every train_epoch case observes, drawn at grading time: a seed for the model and the
+    batches, and 2 to 5 batches of 1 to 12 items, not all the same size (a mean over batches and a mean
+    over items then differ). The cases share this function, so they share one drawn epoch."""
+    count = rng.randint(2, 5)
+    sizes = [rng.randint(1, 12) for _ in range(count)]
+    while len(set(sizes)) == 1:
+        sizes[rng.randrange(count)] = rng.randint(1, 12)
+    return {"seed": rng.randrange(1 << 30), "sizes": sizes}
+
+
+def observe_amp_epoch(ns, drawn):
     import torch
     from torch import nn
     from gpucourse.checks import answer
     from gpucourse.checks.lesson04 import recording_scaler
 
     events, moved = [], set()
-    g = torch.Generator().manual_seed(4)
-    sizes = [5, 8, 3]  # unequal: a mean over batches and a mean over items differ
+    g = torch.Generator().manual_seed(drawn["seed"])
+    sizes = drawn["sizes"]  # unequal: a mean over batches and a mean over items differ
     batches = [(torch.randn(n, 6, generator=g) * 3, torch.randint(0, 3, (n,), generator=g)) for n in sizes]
     ids = {id(t): number for number, batch in enumerate(batches) for t in batch}  # tensor -> its batch
 
@@ -84,7 +95,7 @@ def observe_amp_epoch(ns):
             events.append({"e": "to", "batch": ids[id(self)]})
         return real_to(self, *args, **kwargs)
 
-    torch.manual_seed(4)
+    torch.manual_seed(drawn["seed"])
     model = Recorded()
     torch.Tensor.to = recording_to
     try:
@@ -109,30 +120,29 @@ def _per_batch(events):
     return batches
 
 
-EPOCH_SIZES = [5, 8, 3]  # observe_amp_epoch's batches (seeded there: Generator().manual_seed(4))
-EPOCH_TENSORS = 2 * len(EPOCH_SIZES)
-
-
-def _epoch_batches():
-    """observe_amp_epoch's batches, rebuilt here: the judges never take inputs from an observation."""
+def _epoch_batches(drawn):
+    """observe_amp_epoch's batches, rebuilt here from the drawn seed: the judges never take inputs from an
+    observation."""
     import torch
-    g = torch.Generator().manual_seed(4)
-    return [(torch.randn(n, 6, generator=g) * 3, torch.randint(0, 3, (n,), generator=g)) for n in EPOCH_SIZES]
+    g = torch.Generator().manual_seed(drawn["seed"])
+    return [(torch.randn(n, 6, generator=g) * 3, torch.randint(0, 3, (n,), generator=g)) for n in drawn["sizes"]]
 
 
-def judge_zeroing(d):
+def judge_zeroing(d, drawn):
+    sizes = drawn["sizes"]
     backwards = [e for e in d["events"] if e["e"] == "backward"]
-    if len(backwards) != len(EPOCH_SIZES):
-        return f"{len(EPOCH_SIZES)} batches gave {len(backwards)} backward passes"
+    if len(backwards) != len(sizes):
+        return f"{len(sizes)} batches gave {len(backwards)} backward passes"
     if not all(e["zeroed"] for e in backwards):
         return "gradients from the previous batch were still there at the next backward: zero them every batch"
     return None
 
 
-def judge_scaler_order(d):
+def judge_scaler_order(d, drawn):
+    sizes = drawn["sizes"]
     batches = _per_batch(d["events"])
-    if len(batches) != len(EPOCH_SIZES):
-        return f"{len(EPOCH_SIZES)} batches gave {len(batches)} forward passes"
+    if len(batches) != len(sizes):
+        return f"{len(sizes)} batches gave {len(batches)} forward passes"
     for number, events in enumerate(batches):
         names = [e["e"] for e in events]
         for name in ("scale", "scaled backward", "scaler.step", "update"):
@@ -159,11 +169,12 @@ def _cross_entropy(logits, targets):
     return total / len(targets)
 
 
-def judge_loss(d):
+def judge_loss(d, drawn):
+    sizes = drawn["sizes"]
     batches = _per_batch(d["events"])
-    if len(batches) != len(EPOCH_SIZES):
-        return f"{len(EPOCH_SIZES)} batches gave {len(batches)} forward passes"
-    for number, (events, (_, targets)) in enumerate(zip(batches, _epoch_batches())):
+    if len(batches) != len(sizes):
+        return f"{len(sizes)} batches gave {len(batches)} forward passes"
+    for number, (events, (_, targets)) in enumerate(zip(batches, _epoch_batches(drawn))):
         forward = events[0]
         scaled = [e for e in events if e["e"] == "scale"]
         if not scaled:
@@ -179,23 +190,27 @@ def judge_loss(d):
     return None
 
 
-def judge_mean_loss(d):
+def judge_mean_loss(d, drawn):
+    sizes = drawn["sizes"]
     if not d["is_float"]:
         return f"train_epoch must return a float, not a {d['type']}"
     losses = [e["value"] for e in d["events"] if e["e"] == "scale"]
-    if len(losses) != len(EPOCH_SIZES):
+    if len(losses) != len(sizes):
         return "one loss per batch expected"
     over_batches = sum(losses) / len(losses)
-    over_items = sum(loss * n for loss, n in zip(losses, EPOCH_SIZES)) / sum(EPOCH_SIZES)
+    over_items = sum(loss * n for loss, n in zip(losses, sizes)) / sum(sizes)
     if not any(abs(d["value"] - mean) <= 1e-3 * max(1.0, abs(mean)) for mean in (over_batches, over_items)):
         return f"returned {d['value']:.4g}: not the mean loss of the epoch's batches (unscaled)"
     return None
 
 
 def _judge_moved_in_loop(tensors):
-    def judge(d):
-        if d["moved"] != tensors:
-            return (f"{d['moved']} of the {tensors} batch tensors were moved: move inputs and targets to the model's "
+    """A judge of batches moved inside the loop: ``tensors`` is how many batch tensors there are, or a
+    function of the drawn inputs that says it."""
+    def judge(d, drawn=None):
+        expected = tensors(drawn) if callable(tensors) else tensors
+        if d["moved"] != expected:
+            return (f"{d['moved']} of the {expected} batch tensors were moved: move inputs and targets to the model's "
                     "device inside the loop (.to(device))")
         forwards = 0
         for event in d["events"]:
@@ -208,7 +223,7 @@ def _judge_moved_in_loop(tensors):
     return judge
 
 
-judge_moved = _judge_moved_in_loop(EPOCH_TENSORS)
+judge_moved = _judge_moved_in_loop(lambda drawn: 2 * len(drawn["sizes"]))
 
 
 def observe_autocast_arguments(ns):
@@ -281,14 +296,27 @@ def judge_autocast_arguments(function):
     return judge
 
 
-def observe_evaluate_items(ns):
+def draw_evaluate(rng):
+    """Batches for evaluate, drawn at grading time: 2 to 4 batches of 1 to 8 items, how many of each the
+    model gets right, and each item's class; the fraction over all items is never the mean of the batches'
+    own fractions, so that one cannot pass for the other."""
+    while True:
+        sizes = [rng.randint(1, 8) for _ in range(rng.randint(2, 4))]
+        correct = [rng.randint(0, n) for n in sizes]
+        over_items = sum(correct) / sum(sizes)
+        over_batches = sum(c / n for c, n in zip(correct, sizes)) / len(sizes)
+        if abs(over_items - over_batches) > 1e-3:
+            return {"sizes": sizes, "correct": correct, "classes": [rng.randrange(4) for _ in range(sum(sizes))]}
+
+
+def observe_evaluate_items(ns, drawn):
     import torch
     from torch import nn
     from gpucourse.checks import answer
 
-    sizes, correct = [1, 6, 3], [1, 1, 0]  # 2 of 10 items right; the batches' own fractions average 0.39
+    sizes, correct = drawn["sizes"], drawn["correct"]  # the first `correct` items of each batch are right
     batches, forwards, moved = [], [], set()
-    classes = iter([0, 1, 2, 3, 1, 2, 3, 0, 2, 1])
+    classes = iter(drawn["classes"])
     for n, right in zip(sizes, correct):
         picked = [next(classes) for _ in range(n)]
         inputs = torch.eye(4)[picked]
@@ -328,29 +356,31 @@ def observe_evaluate_items(ns):
             "moved": len(moved), "events": events}
 
 
-def judge_evaluate_items(d):
+def judge_evaluate_items(d, drawn):
     if not d["is_float"]:
         return f"evaluate must return a float, not a {d['type']}"
-    if d["value"] is None or not abs(d["value"] - 0.2) <= 1e-6:
-        return f"returned {d['value']}: not the fraction of correct predictions over all items (batches of 1, 6 and 3)"
+    expected = sum(drawn["correct"]) / sum(drawn["sizes"])
+    sizes = ", ".join(map(str, drawn["sizes"]))
+    if d["value"] is None or not abs(d["value"] - expected) <= 1e-6:
+        return f"returned {d['value']}: not the fraction of correct predictions over all items (batches of {sizes})"
     return None
 
 
 HIDDEN = {"train_epoch": [
-    Case("gradients zeroed between one update and the next backward", observe_amp_epoch, judge_zeroing),
+    Case("gradients zeroed between one update and the next backward", observe_amp_epoch, judge_zeroing, draw=draw_epoch),
     Case("the scaled loss backpropagated, then scaler.step, then scaler.update, once per batch", observe_amp_epoch,
-         judge_scaler_order),
-    Case("the loss: cross-entropy of the output, float32 under autocast", observe_amp_epoch, judge_loss),
-    Case("returns the mean loss of batches of 5, 8 and 3, as a float", observe_amp_epoch, judge_mean_loss),
-    Case("train_epoch: batches moved to the model's device inside the loop", observe_amp_epoch, judge_moved),
+         judge_scaler_order, draw=draw_epoch),
+    Case("the loss: cross-entropy of the output, float32 under autocast", observe_amp_epoch, judge_loss, draw=draw_epoch),
+    Case("returns the mean loss of batches of unequal sizes, as a float", observe_amp_epoch, judge_mean_loss, draw=draw_epoch),
+    Case("train_epoch: batches moved to the model's device inside the loop", observe_amp_epoch, judge_moved, draw=draw_epoch),
     Case("train_epoch: autocast with the device type and dtype given (float16 on 'cpu', bfloat16 on 'cuda')",
          observe_autocast_arguments, judge_autocast_arguments("train_epoch")),
     Case("evaluate: autocast with the device type and dtype given (float16 on 'cpu', bfloat16 on 'cuda')",
          observe_autocast_arguments, judge_autocast_arguments("evaluate")),
     Case("evaluate: the fraction of correct predictions over all items, as a float", observe_evaluate_items,
-         judge_evaluate_items),
+         judge_evaluate_items, draw=draw_evaluate),
     Case("evaluate: batches moved to the model's device inside the loop", observe_evaluate_items,
-         _judge_moved_in_loop(6)),
+         _judge_moved_in_loop(lambda drawn: 2 * len(drawn["sizes"])), draw=draw_evaluate),
 ]}
 
 
