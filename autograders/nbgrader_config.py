@@ -78,6 +78,11 @@ c.DueDates.duedates = {}
 # c.SandboxLimits.cpu_weight = 100  # its CPU share beside other sandboxes (cpu.weight; v1 cpu.shares 1024)
 # c.SandboxLimits.cpu_quota = 0.0  # the most CPUs it may keep busy at once (cpu.max); 0: no cap
 
+# The test suite grades with a fixed seed (tests/conftest.py sets GPUCOURSE_GRADING_SEED), so that a CI run
+# is reproducible, as Hypothesis derandomizes in CI; a class is graded without it: a new seed per submission.
+if os.environ.get("GPUCOURSE_GRADING_SEED"):
+    c.Grading.seed = int(os.environ["GPUCOURSE_GRADING_SEED"])
+
 # Grading and Validate execute each notebook with a real kernel; warnings on stderr cost nothing.
 c.Execute.timeout = 600
 

@@ -24,6 +24,13 @@ EXECUTED = ROOT / "build" / "executed"
 SESSION_START = time.time()  # executed notebooks older than this were not made by this pytest run
 
 os.environ.setdefault(environment.OFFLINE, "1")  # never download a dataset in tests; kernels inherit this
+# The hidden checks draw their inputs from a seed per grading. The suite draws from a fixed one, so that a run
+# is reproducible (as Hypothesis derandomizes in CI): GPUCOURSE_TEST_SEED for the fixtures judged in this
+# process (test_checks.grading_seed; "random" draws a new one each time, to explore), GPUCOURSE_GRADING_SEED
+# for the sandboxed class (nbgrader_config.py sets c.Grading.seed from it).
+os.environ.setdefault("GPUCOURSE_TEST_SEED", "20261127")
+if os.environ["GPUCOURSE_TEST_SEED"] != "random":
+    os.environ.setdefault("GPUCOURSE_GRADING_SEED", os.environ["GPUCOURSE_TEST_SEED"])
 
 # The suite's own switches, read here only (CI's `.ci/run` sets them; the course reads its variables in
 # gpucourse.environment): with GPUCOURSE_REQUIRE_ISOLATION=1 a test that cannot isolate a sandbox fails

@@ -465,12 +465,13 @@ def _fixture_params():
 
 
 def grading_seed() -> int:
-    """The seed of the drawn inputs in an in-process judgement: new each time, as in grading, unless
-    GPUCOURSE_TEST_SEED gives one (a failure names the seed it drew, to draw the same inputs again)."""
+    """The seed of the drawn inputs in an in-process judgement: GPUCOURSE_TEST_SEED (conftest.py fixes one,
+    so that a run is reproducible), or with GPUCOURSE_TEST_SEED=random a new one each time, as in grading (a
+    failure names the seed it drew, to draw the same inputs again)."""
     import secrets
 
-    given = os.environ.get("GPUCOURSE_TEST_SEED")
-    return int(given) if given else secrets.randbits(63)
+    given = os.environ.get("GPUCOURSE_TEST_SEED", "random")
+    return secrets.randbits(63) if given == "random" else int(given)
 
 
 def judge_answer(exercise: str, source: str, filename: str = "<answer>") -> list[str]:

@@ -1,7 +1,7 @@
 """Judges pass only on a student's evidence: forged observations fail every case of every exercise.
 
 An observation is what an observer returned in the sandbox, where the student's code also ran; a judge
-must rebuild the inputs and expected values itself (seeded) and treat empty or missing data as a
+must rebuild the inputs and expected values itself (from the inputs it drew) and treat empty or missing data as a
 failure. Each case's judge is fed observations no answer produced: empty structures, and structures
 claiming their own expected values (``expected`` equal to ``got``, rows with nothing wrong, ranks that
 agree). It must fail each of them, as the grader counts it: a message, or an exception (``engine._judge``
@@ -52,11 +52,13 @@ def _every_case():
 
 
 def _fails(case, data) -> bool:
+    """Judged as the grader judges it: a case that draws its inputs with inputs drawn here, as at grading."""
     import copy
+    import random
 
     from autograders import engine
 
-    return engine._judge(case, {"ok": True, "data": copy.deepcopy(data)}) is not None
+    return engine._judge(case, {"ok": True, "data": copy.deepcopy(data)}, case.inputs(random.Random(0))) is not None
 
 
 @pytest.mark.parametrize("case", _every_case())
@@ -72,13 +74,13 @@ def test_a_forged_observation_fails_every_case(case):
 # the answer reported: judges that read their expectations from the observation accepted each of these
 SHAPED = {
     ("parallel_map", "results follow the order of items"): {"expected": [1, 2], "io": [1, 2], "cpu": [1, 2]},
-    ("parallel_map", "a list, for one item and for no items"): {},
+    ("parallel_map", "a list of [fn(x) for x in items]"): {},
     ("parallel_map", "other kinds raise ValueError"): {"'gpu' with 1 item(s)": "ValueError"},
     ("parallel_map", "kind='cpu' runs in other processes"): {"me": 1, "pids": []},
-    ("lines_dataset", "another file"): {"values": [3], "len": 1, "is_dataset": True, "items": [3]},
+    ("lines_dataset", "other files"): {"values": [3], "len": 1, "is_dataset": True, "items": [3]},
     ("lines_dataset", "indices outside"): {"one line": {"len": 1, "first": -31, "outcomes": {}}},
     ("lines_dataset", "pickled after use"): {"values": [3], "read": [3], "copied": [3], "loaded": [3]},
-    ("average_across_ranks", "the mean over ranks"): {
+    ("average_across_ranks", "the mean over all ranks"): {
         "returncode": 0, "tail": "", "inputs": {"shards": [], "tensors": []},
         "ranks": {r: {"rank": int(r), "generated": {"shards": [], "averages": []}} for r in ("0", "1")}},
     ("average_across_ranks", "shard_indices: a list"): {
@@ -102,7 +104,7 @@ SHAPED = {
         "events": [["optimizer.step", 1.0]], "true_norm": 4.0, "max_norm": 1.0, "is_float": True, "type": "float",
         "returned": 4.0},
     ("clipped_step", "generated sizes and max_norm"): [],
-    ("to_device", "random nested batches"): [{"device": "cpu", "expected": ["dict", {}], "got": ["dict", {}],
+    ("to_device", "nested batches keep their structure"): [{"device": "cpu", "expected": ["dict", {}], "got": ["dict", {}],
                                                "pinned": [], "calls": [], "same_leaves": True}],
     ("device_agnostic", "other sizes"): {"1 feature(s), a batch of 4": {"shape": [4, 1], "want": [4, 1], "close": True}},
     ("device_agnostic", "same function"): {"cpu": {"shape": [5, 1], "close": True}, "parameters": ["readout.bias", "readout.weight"],
@@ -119,7 +121,7 @@ SHAPED = {
     ("sbatch_for", "tasks per node"): {"requests": [], "texts": []},
     ("pad_to_bucket", "torch.compile(dynamic=False)"): {"graphs": 1, "widths": [8], "needed": [8], "max_diff": 0.0,
                                                         "outputs": []},
-    ("pad_mlp", "float32 and bfloat16"): {"torch.float32": {"params": ["torch.float32"], "out": "torch.float32", "diff": 0.0,
+    ("pad_mlp", "float32, bfloat16 and float16"): {"torch.float32": {"params": ["torch.float32"], "out": "torch.float32", "diff": 0.0,
                                                             "values": []},
                                           "torch.bfloat16": {"params": ["torch.bfloat16"], "out": "torch.bfloat16"}},
 }

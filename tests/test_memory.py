@@ -54,12 +54,12 @@ def test_tied_and_frozen_specs_build_what_they_say():
     assert len(list(tied.parameters())) == len(list(tied.named_parameters(remove_duplicate=False))) - 1
     frozen = L.build_model({"widths": [5, 3, 2], "frozen": True})
     assert [p.requires_grad for p in frozen.parameters()] == [False, False, True, True]
-    assert hidden.counts(L.build_model({"widths": [5, 3, 2], "frozen": True}, "meta")) == (5 * 3 + 3 + 3 * 2 + 2, 3 * 2 + 2, 2)
-    assert hidden.counts(L.build_model({"widths": [5, 3, 2], "frozen": "all"}, "meta")) == (26, 0, 0)
-    assert hidden.counts(L.build_model({"widths": [3]}, "meta")) == (0, 0, 0)
-    assert hidden.counts(L.build_model({"widths": [3], "scalar": True}, "meta")) == (1, 1, 1)
+    assert hidden.parameter_counts(L.build_model({"widths": [5, 3, 2], "frozen": True}, "meta")) == (5 * 3 + 3 + 3 * 2 + 2, 3 * 2 + 2, 2)
+    assert hidden.parameter_counts(L.build_model({"widths": [5, 3, 2], "frozen": "all"}, "meta")) == (26, 0, 0)
+    assert hidden.parameter_counts(L.build_model({"widths": [3]}, "meta")) == (0, 0, 0)
+    assert hidden.parameter_counts(L.build_model({"widths": [3], "scalar": True}, "meta")) == (1, 1, 1)
     norm = L.build_model({"widths": [4, 5, 2], "batchnorm": True})
-    assert hidden.counts(norm)[0] == 4 * 5 + 5 + 5 * 2 + 2 + 2 * 5 and len(list(norm.buffers())) == 3
+    assert hidden.parameter_counts(norm)[0] == 4 * 5 + 5 + 5 * 2 + 2 + 2 * 5 and len(list(norm.buffers())) == 3
 
 
 def test_the_reference_pads_as_zero_pads_and_reads_the_arguments_as_the_text():
@@ -92,7 +92,7 @@ def test_training_bytes_judges_accept_either_reading_and_reject_floor_division()
 
     def floor_answer(model, recipe, stage=0, world_size=1):
         out = hidden.reference_training_bytes(model, recipe, stage, world_size)
-        P, P_t, T_t = hidden.counts(model)
+        P, P_t, T_t = hidden.parameter_counts(model)
         return {**out, "optimizer": (12 if recipe == "bf16" else 8) * (P_t // world_size if stage else P_t) + 4 * T_t}
 
     found = checks.run_case(checks.Case("x", hidden.observe_training_bytes_calls, judge, draw=lambda rng: floor),

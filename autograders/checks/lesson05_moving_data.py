@@ -236,7 +236,7 @@ def _devices_everywhere(rng):
             f"cuda:{index}", ["torch.device", f"cuda:{index}"], "meta", ["torch.device", "meta"]]
 
 
-def _tensor(rng, counter, pinned=None):
+def _drawn_tensor(rng, counter, pinned=None):
     shape = rng.choice([[], [0], [1], [3], [2, 2], [rng.randint(1, 4), rng.randint(1, 3)]])
     return ["tensor", next(counter), rng.choice(DTYPES), shape, rng.random() < 0.5 if pinned is None else pinned]
 
@@ -246,7 +246,7 @@ def draw_single_tensors(rng):
     import itertools
 
     counter = itertools.count(10)
-    runs = [{"device": device, "batch": _tensor(rng, counter, pinned)}
+    runs = [{"device": device, "batch": _drawn_tensor(rng, counter, pinned)}
             for device in _devices_everywhere(rng) for pinned in (True, False)]
     return runs
 
@@ -254,7 +254,7 @@ def draw_single_tensors(rng):
 def _tree(rng, counter, depth):
     kind = rng.choice(["dict", "list", "tuple", "tensor", "tensor", "value"] if depth < 5 else ["tensor", "value"])
     if kind == "tensor":
-        return _tensor(rng, counter)
+        return _drawn_tensor(rng, counter)
     if kind == "value":
         return ["value", rng.choice(VALUE_KINDS)]
     items = [_tree(rng, counter, depth + 1) for _ in range(rng.choice([0, 1, 1, 2, 3]))]
@@ -272,12 +272,12 @@ def draw_nested_batches(rng):
     counter = itertools.count(100)
     devices = _devices_everywhere(rng)
     fixed = [
-        ["dict", [["x", _tensor(rng, counter)], ["name", ["value", "str"]], ["index", ["value", "int"]]]],
+        ["dict", [["x", _drawn_tensor(rng, counter)], ["name", ["value", "str"]], ["index", ["value", "int"]]]],
         ["dict", []], ["list", []], ["tuple", []],
-        ["tuple", [_tensor(rng, counter, True)]],
-        ["list", [_tensor(rng, counter, True), ["value", "str"], ["tuple", [_tensor(rng, counter, False), ["value", "none"]]]]],
-        ["dict", [[0, _tensor(rng, counter, True)], ["labels", ["list", [["value", kind] for kind in VALUE_KINDS]]]]],
-        ["dict", [["a", ["list", [["tuple", [["dict", [["b", ["list", [_tensor(rng, counter, True)]]]]]]]]]]]],
+        ["tuple", [_drawn_tensor(rng, counter, True)]],
+        ["list", [_drawn_tensor(rng, counter, True), ["value", "str"], ["tuple", [_drawn_tensor(rng, counter, False), ["value", "none"]]]]],
+        ["dict", [[0, _drawn_tensor(rng, counter, True)], ["labels", ["list", [["value", kind] for kind in VALUE_KINDS]]]]],
+        ["dict", [["a", ["list", [["tuple", [["dict", [["b", ["list", [_drawn_tensor(rng, counter, True)]]]]]]]]]]]],
         ["tuple", [["list", []], ["dict", [["empty", ["tuple", []]]]], ["value", "ndarray"], ["value", "object"]]],
     ]
     runs = [{"device": devices[i % len(devices)], "batch": batch} for i, batch in enumerate(fixed)]
@@ -296,7 +296,7 @@ def draw_pinned_everywhere(rng):
     counter = itertools.count(1000)
     runs = []
     for device in _devices_everywhere(rng):
-        items = [_tensor(rng, counter, True), _tensor(rng, counter, False), _tree(rng, counter, 2), _tree(rng, counter, 3)]
+        items = [_drawn_tensor(rng, counter, True), _drawn_tensor(rng, counter, False), _tree(rng, counter, 2), _tree(rng, counter, 3)]
         runs.append({"device": device, "batch": ["dict", [["inputs", ["list", items[:2]]], ["extra", ["tuple", items[2:]]]]]})
     return runs
 

@@ -90,7 +90,10 @@ def judge_missing_gradients(d):
     ran = judge_script_ran(d)
     if ran:
         return ran
+    steps = AVERAGE_INPUTS["steps"]
     for rank, r in sorted(d["ranks"].items()):
+        if not isinstance(r.get("no_grad"), list) or len(r["no_grad"]) != steps:
+            return f"rank {rank}: {len(r.get('no_grad') or [])} of {steps} steps reported"
         for step, names in enumerate(r["no_grad"]):
             if names != ["spare.bias", "spare.weight"]:
                 return (f"rank {rank}, step {step}: parameters without a gradient must keep .grad None; "

@@ -22,7 +22,7 @@ from autograders.differential import call
 # --- training_bytes: the reference --------------------------------------------------------------------
 
 
-def counts(model) -> tuple[int, int, int]:
+def parameter_counts(model) -> tuple[int, int, int]:
     """(P, P_t, T_t): elements of every parameter (each once, as model.parameters() yields them), of the
     trainable ones, and the number of trainable tensors."""
     params = list(model.parameters())
@@ -40,7 +40,7 @@ def reference_training_bytes(model, recipe, stage=0, world_size=1):
         raise ValueError(f"stage {stage!r}")
     if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
         raise ValueError(f"world_size {world_size!r}")
-    P, P_t, T_t = counts(model)
+    P, P_t, T_t = parameter_counts(model)
 
     def per_rank(n, sharded):  # the flat buffer padded to a multiple of world_size, as ZeRO pads it
         return -(-n // world_size) if sharded else n
@@ -164,7 +164,7 @@ def draw_zero(rng):
     specs += [_spec(rng), _spec(rng, tied=True), _spec(rng, frozen="first")]
     calls = []
     for i, spec in enumerate(specs):
-        P, P_t, _ = counts(_meta_model(spec))
+        P, P_t, _ = parameter_counts(_meta_model(spec))
         divisors = [d for d in range(2, min(P_t, 64) + 1) if P_t % d == 0]
         worlds = [1, 2, rng.randint(2, 1000), P_t + 1 + rng.randint(0, 5), 1000]
         if divisors:
@@ -242,7 +242,7 @@ def judge_training_bytes(label):
             if key not in models:
                 models[key] = _meta_model(c["spec"])
             model = models[key]
-            P, P_t, T_t = counts(model)
+            P, P_t, T_t = parameter_counts(model)
             words = (f"{describe_spec(c['spec'])} ({P:,} parameters, {P_t:,} trainable in {T_t} tensors"
                      f"{', on the meta device' if c.get('device') == 'meta' else ''})")
             wants = [_outcome(model, c)]
@@ -298,7 +298,7 @@ def reference_plan_bytes(spec: dict) -> list[int]:
     return out
 
 
-def cost(n: int, k: int) -> int:
+def recompute_cost(n: int, k: int) -> int:
     """The text's cost of a plan: the blocks recomputed in backward, (k - 1) * (n // k)."""
     return (k - 1) * (n // k)
 
@@ -308,7 +308,7 @@ def reference_choice(plan_bytes: list[int], budget):
     then the fewest segments; None (ValueError) when none fits."""
     n = len(plan_bytes)
     fits = [k for k in range(1, n + 1) if plan_bytes[k - 1] <= budget]
-    return min(fits, key=lambda k: (cost(n, k), plan_bytes[k - 1], k)) if fits else None
+    return min(fits, key=lambda k: (recompute_cost(n, k), plan_bytes[k - 1], k)) if fits else None
 
 
 def fewest_fitting(plan_bytes, budget):
@@ -322,8 +322,8 @@ def is_tie(plan_bytes, budget) -> bool:
     fits = [k for k in range(1, n + 1) if plan_bytes[k - 1] <= budget]
     if not fits:
         return False
-    low = min(cost(n, k) for k in fits)
-    return sum(cost(n, k) == low for k in fits) > 1
+    low = min(recompute_cost(n, k) for k in fits)
+    return sum(recompute_cost(n, k) == low for k in fits) > 1
 
 
 # --- choose_segments: what is drawn ---------------------------------------------------------------------
@@ -396,7 +396,7 @@ def _tie_spec(rng):
 def _by_cost_then_segments(plan_bytes, budget):
     n = len(plan_bytes)
     fits = [k for k in range(1, n + 1) if plan_bytes[k - 1] <= budget]
-    return min(fits, key=lambda k: (cost(n, k), k)) if fits else None
+    return min(fits, key=lambda k: (recompute_cost(n, k), k)) if fits else None
 
 
 def draw_deep(rng):

@@ -157,8 +157,8 @@ def _every_rank(pairs):
 def draw_divisible_and_not(rng):
     """Boundaries (numel 0, one rank, numel a multiple of the ranks and one past it, integers above 2**53),
     then numel and world_size drawn at random, every rank of each."""
-    big = 2 ** 53 + rng.randint(1, 10 ** 6)
-    pairs = [(0, 1), (1, 1), (8, 2), (9, 2), (12, 4), (13, 4), (10, 4), (big, 3), (big, 1), (40, 7)]
+    big = 2 ** 53 + 2 * rng.randint(0, 10 ** 6) + 1  # odd: a float cannot hold it, so float division shows
+    pairs = [(0, 1), (1, 1), (8, 2), (9, 2), (12, 4), (13, 4), (10, 4), (2 ** 53 + 1, 1), (big, 3), (big, 1), (40, 7)]
     pairs += [(rng.randint(0, 500), rng.randint(1, 9)) for _ in range(12)]
     pairs += [(rng.randint(10 ** 6, 10 ** 12), rng.randint(2, 64)) for _ in range(3)]
     return _every_rank(pairs)

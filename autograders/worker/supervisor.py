@@ -33,6 +33,7 @@ from .runner import OUTPUT_LIMIT, _reap, _work, become_subreaper
 from .trust import import_course
 
 
+THREADS = "threads were left running"  # runner.Quiet's words for threads on the cells' code (the one problem a rerun may cure)
 GRACE = 10.0  # seconds a cell or check may overrun its own alarm before it is stopped from outside
 RESTARTS = 3  # fresh workers after cells or checks that had to be stopped from outside
 SETUP_SECONDS = 120  # a fresh worker's snapshot, before its first cell
@@ -189,9 +190,10 @@ class Supervisor:
     def _until_ready(self, index: int) -> int | None:
         """Start a worker that runs the cells from ``index`` on (those before again, silently); the
         next cell whose record is due once it is ready, or None when the run cannot go on. A worker
-        that is not quiet after the cells is stopped and the cells run once more in a fresh one (what
-        was left running may have been a moment's); still not quiet, the checks are not run and a
-        person is told why (a flag, never a forgery)."""
+        that is not quiet after the cells only because a thread runs their code is stopped and the cells
+        run once more in a fresh one (the thread may have been a moment's); still not quiet, or not quiet
+        in a way a second run does not change (a signal handler, a timer, a hook), the checks are not
+        run and a person is told why (a flag, never a forgery)."""
         rerun = False
         while True:
             self._fork(index)
@@ -211,12 +213,13 @@ class Supervisor:
                     elif kind == "ready" and index == len(self.cells) and self._next(current) == len(self.cells):
                         self._tampering(message)
                         problems = [str(p) for p in message.get("problems", [])]
-                        if problems and not rerun:
-                            rerun = True
+                        if problems and not rerun and all(THREADS in p for p in problems):
+                            rerun = True  # a thread may have been a moment's; a handler, timer or hook is not
                             break
                         if problems:
-                            self.flag("the checks could not be run: the process was not quiet after the cells, twice ("
-                                      + "; ".join(problems) + "): a person should look at this submission")
+                            self.flag("the checks could not be run: the process was not quiet after the cells"
+                                      + (", twice (" if rerun else " (") + "; ".join(problems)
+                                      + "): a person should look at this submission")
                             return None
                         return index
                     else:
