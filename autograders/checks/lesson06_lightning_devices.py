@@ -116,7 +116,7 @@ def _moved(c):
     return f"{len(c['mean'])} feature(s), a batch of {len(c['x'])}, after {how} with a torch.{c['dtype']} input"
 
 
-def judge_agnostic(parameters_only=False):
+def judge_agnostic_drawn(parameters_only=False):
     def judge(found, configs):
         if not isinstance(found, list) or len(found) != len(configs):
             return "not every module was tried"
@@ -510,12 +510,12 @@ def _case(name, draw, observe, judge):
 HIDDEN = {
     "device_agnostic": [
         _case("other sizes: drawn features and batches (1 of each too), statistics as lists, tuples or ints",
-              draw_agnostic_sizes, observe_agnostic_drawn, judge_agnostic()),
-        _case("float64: dtype and values", _draw_dtype("float64"), observe_agnostic_drawn, judge_agnostic()),
-        _case("bfloat16: dtype and values", _draw_dtype("bfloat16"), observe_agnostic_drawn, judge_agnostic()),
-        _case("float16: dtype and values", _draw_dtype("float16"), observe_agnostic_drawn, judge_agnostic()),
-        _case("meta device and float64 at once, other dtypes too", draw_agnostic_meta, observe_agnostic_drawn, judge_agnostic()),
-        _case("the statistics are not parameters", draw_agnostic_sizes, observe_agnostic_drawn, judge_agnostic(True)),
+              draw_agnostic_sizes, observe_agnostic_drawn, judge_agnostic_drawn()),
+        _case("float64: dtype and values", _draw_dtype("float64"), observe_agnostic_drawn, judge_agnostic_drawn()),
+        _case("bfloat16: dtype and values", _draw_dtype("bfloat16"), observe_agnostic_drawn, judge_agnostic_drawn()),
+        _case("float16: dtype and values", _draw_dtype("float16"), observe_agnostic_drawn, judge_agnostic_drawn()),
+        _case("meta device and float64 at once, other dtypes too", draw_agnostic_meta, observe_agnostic_drawn, judge_agnostic_drawn()),
+        _case("the statistics are not parameters", draw_agnostic_sizes, observe_agnostic_drawn, judge_agnostic_drawn(True)),
     ],
     "picklable": [
         Case("a LightningModule with NoisyRegressor's net", observe_picklable_module, judge_picklable_module),

@@ -394,7 +394,7 @@ def _losses(rng, n):
     return [rng.choice(pool) if rng.random() < 0.15 else round(rng.uniform(0.05, 20), 3) for _ in range(n)]
 
 
-def _run(rng, losses, every, **kw):
+def _drawn_run(rng, losses, every, **kw):
     return {"losses": losses, "every": every, "requires_grad": kw.get("requires_grad", rng.random() < 0.3),
             "dtype": kw.get("dtype", rng.choice(["float32", "float32", "float64"])),
             "loader": kw.get("loader", rng.random() < 0.3)}
@@ -404,10 +404,10 @@ def draw_log_every(rng):
     """every=1, every = the steps, every > the steps, every above 2**53; then random step counts and intervals."""
     n = rng.randint(2, 9)
     losses = _losses(rng, n)
-    runs = [_run(rng, losses, 1), _run(rng, losses, n), _run(rng, losses, n + rng.randint(1, 9)),
-            _run(rng, losses, 2 ** 53 + rng.randint(1, 99)), _run(rng, [7.5], 1), _run(rng, [7.5], 3)]
+    runs = [_drawn_run(rng, losses, 1), _drawn_run(rng, losses, n), _drawn_run(rng, losses, n + rng.randint(1, 9)),
+            _drawn_run(rng, losses, 2 ** 53 + rng.randint(1, 99)), _drawn_run(rng, [7.5], 1), _drawn_run(rng, [7.5], 3)]
     divisor = rng.choice([d for d in range(1, 13) if 12 % d == 0])
-    runs.append(_run(rng, _losses(rng, 12), divisor))
+    runs.append(_drawn_run(rng, _losses(rng, 12), divisor))
     return runs
 
 
@@ -416,38 +416,38 @@ def draw_log_random(rng):
     for _ in range(10):
         steps = rng.randint(1, 30)
         every = rng.choice([rng.randint(1, 12), rng.choice([d for d in range(1, steps + 1) if steps % d == 0])])
-        runs.append(_run(rng, _losses(rng, steps), every))
+        runs.append(_drawn_run(rng, _losses(rng, steps), every))
     return runs
 
 
 def draw_log_last(rng):
     """Step counts that `every` does not divide: a last group of 1 step, and of every - 1."""
-    runs = [_run(rng, [6.0, 2.0, 9.0], 2)]
+    runs = [_drawn_run(rng, [6.0, 2.0, 9.0], 2)]
     for _ in range(4):
         every = rng.randint(2, 8)
         short = rng.choice([1, every - 1, rng.randint(1, every - 1)])
-        runs.append(_run(rng, _losses(rng, every * rng.randint(1, 4) + short), every))
+        runs.append(_drawn_run(rng, _losses(rng, every * rng.randint(1, 4) + short), every))
     return runs
 
 
 def draw_log_no_batches(rng):
-    return [_run(rng, [], 1), _run(rng, [], rng.randint(2, 50)), _run(rng, [], 2 ** 53 + rng.randint(1, 99), loader=True)]
+    return [_drawn_run(rng, [], 1), _drawn_run(rng, [], rng.randint(2, 50)), _drawn_run(rng, [], 2 ** 53 + rng.randint(1, 99), loader=True)]
 
 
 def draw_log_reads(rng):
     """Long runs: 30 steps every 10, a whole run as one group, every 5 over 18 steps, then random ones."""
-    runs = [_run(rng, _losses(rng, 30), 10), _run(rng, _losses(rng, 24), 24), _run(rng, _losses(rng, 18), 5)]
-    runs += [_run(rng, _losses(rng, rng.randint(20, 40)), rng.randint(3, 12)) for _ in range(2)]
+    runs = [_drawn_run(rng, _losses(rng, 30), 10), _drawn_run(rng, _losses(rng, 24), 24), _drawn_run(rng, _losses(rng, 18), 5)]
+    runs += [_drawn_run(rng, _losses(rng, rng.randint(20, 40)), rng.randint(3, 12)) for _ in range(2)]
     return runs
 
 
 def draw_log_with_grad(rng):
-    return [_run(rng, _losses(rng, rng.randint(1, 12)), rng.randint(1, 5), requires_grad=True) for _ in range(4)]
+    return [_drawn_run(rng, _losses(rng, rng.randint(1, 12)), rng.randint(1, 5), requires_grad=True) for _ in range(4)]
 
 
 def draw_log_loader(rng):
     """The batches as an iterable with a length but no indexing (a DataLoader), every a divisor or not."""
-    return [_run(rng, _losses(rng, rng.randint(1, 20)), rng.randint(1, 7), loader=True) for _ in range(4)]
+    return [_drawn_run(rng, _losses(rng, rng.randint(1, 20)), rng.randint(1, 7), loader=True) for _ in range(4)]
 
 
 def observe_log_runs(ns, runs):

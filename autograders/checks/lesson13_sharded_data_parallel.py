@@ -69,7 +69,7 @@ def _widths(rng, world_size, remainder=None, fewer=False):
             return widths
 
 
-def _run(rng, widths, how):
+def _drawn_run(rng, widths, how):
     """A run: its own seed, rows, steps (1 to 6), and Adam settings; ``how`` the optimizer is built. eps is
     large in most runs (a summed gradient shows only where eps matters); "defaults" uses the text's."""
     run = {"widths": widths, "seed": rng.randint(1, 999), "rows": rng.randint(1, 7), "steps": rng.randint(1, 6),
@@ -86,21 +86,21 @@ def _run(rng, widths, how):
     return run
 
 
-def _launch(rng, world_size, widths_list):
+def _drawn_launch(rng, world_size, widths_list):
     hows = ["keywords", "positional", rng.choice(["defaults", "lr_only"])] + ["keywords"] * (len(widths_list) - 3)
     rng.shuffle(hows)
-    runs = [_run(rng, widths, how) for widths, how in zip(widths_list, hows)]
+    runs = [_drawn_run(rng, widths, how) for widths, how in zip(widths_list, hows)]
     return {"world_size": world_size, "launch": {"runs": runs}}
 
 
 def draw_two_ranks(rng):
     """2 ranks: a parameter count 2 does not divide (twice) and one it divides."""
-    return _launch(rng, 2, [_widths(rng, 2, 1), _widths(rng, 2, 0), _widths(rng, 2, 1)])
+    return _drawn_launch(rng, 2, [_widths(rng, 2, 1), _widths(rng, 2, 0), _widths(rng, 2, 1)])
 
 
 def draw_three_ranks(rng):
     """3 ranks: every remainder of P / 3 (0, 1, 2), and fewer parameters than processes (P = 2)."""
-    return _launch(rng, 3, [_widths(rng, 3, 1), _widths(rng, 3, 2), _widths(rng, 3, 0), _widths(rng, 3, fewer=True)])
+    return _drawn_launch(rng, 3, [_widths(rng, 3, 1), _widths(rng, 3, 2), _widths(rng, 3, 0), _widths(rng, 3, fewer=True)])
 
 
 def observe_drawn_launch(ns, inputs):

@@ -66,7 +66,7 @@ def observe_written(ns):
 AROUND = " \t\n()[]{}'\""  # spaces, brackets and quotes: what the intro lets stand around the letter
 
 
-def read_letter(text):
+def letter_of(text):
     """The letter ``text`` gives by the intro's rule, or None: spaces, brackets or quotes around one letter
     a-d, in either case ("(c)", "c)", "'C'"); nothing else may stand beside it ("c.", "*c*", "`c`")."""
     text = text.strip(AROUND)
@@ -83,7 +83,7 @@ def _judge(question):
         if "problem" in found:
             return found["problem"]
         text = found.get("text")
-        letter = read_letter(text) if isinstance(text, str) else None
+        letter = letter_of(text) if isinstance(text, str) else None
         if letter is None:
             return (f"{question} = {text!r} is not one letter: write one of 'a', 'b', 'c', 'd' (either case), with "
                     "nothing around it but spaces, brackets or quotes")
