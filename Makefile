@@ -10,7 +10,7 @@ export JUPYTER_CONFIG_PATH := $(CURDIR)/autograders
 # As if the venv were activated: nbgrader and Jupyter start other tools (alembic, kernels) by name.
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: help install lab formgrader nbgrader test test-fast lint test-gpu site release publish grade bench bench-gpu full-run clean
+.PHONY: help install lab formgrader nbgrader test test-fast test-edition test-stress lint test-gpu site release publish grade bench bench-gpu full-run clean
 
 help:
 	@echo "make lab       students: copy course/ into work/ (once per file) and open JupyterLab there"
@@ -18,8 +18,10 @@ help:
 	@echo "make nbgrader ARGS=\"<command>\" [RESULTS=<dir>]   any nbgrader command on the course (or a graded class)"
 	@echo "make test      install and run the whole test suite on CPU (what CI runs)"
 	@echo "make test-fast the fast tier, for every change: unit tests, every fixture judged in-process, one notebook"
+	@echo "make test-edition the student edition installed from its tag on the oldest supported torch: every notebook runs"
+	@echo "make test-stress every multi-process demo launched GPUCOURSE_STRESS_RUNS times (50) under load: no rank may abort"
 	@echo "make lint      ruff on the project's Python files (also a test in both tiers)"
-	@echo "make test-gpu  on an NVIDIA GPU: notebooks and GPU tests, where a skipped CUDA cell is a failure"
+	@echo "make test-gpu  on an NVIDIA GPU: notebooks and GPU tests, where a skipped CUDA cell is a failure, then bench-gpu --quick"
 	@echo "make site      run the lessons and render them as HTML: build/site/_build/html/index.html"
 	@echo "make install   create .venv and install (idempotent)"
 	@echo "make release   regenerate course/ from solutions/"
@@ -28,6 +30,7 @@ help:
 	@echo "make bench     measure lessons and grading; reports in bench/results/"
 	@echo "make bench-gpu on an NVIDIA GPU, in minutes: a new GPU reference file (bench/results/reference-<gpu>.json)"
 	@echo "make full-run  run every lesson at full size, timing lessons and their slowest cells (bench/results/full_runs.md)"
+	@echo "make cluster   lesson 10: a local Slurm cluster of 2 emulated nodes (root, Debian's slurm-wlm); make cluster-stop ends it"
 
 $(BIN)/python:
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python >= 3.11 is required; set PYTHON=/path/to/python3.11")'
@@ -69,21 +72,44 @@ nbgrader: install
 # Both tiers run on every core (pytest-xdist); tests that share a module's fixture, or one notebook's run,
 # stay on one worker (tests/conftest.py). XDIST= runs them in one process, as when debugging one test.
 XDIST ?= -n auto --dist loadgroup
+# The slowest tests are listed at the end of every run (where the time goes, for keeping the tiers in budget).
+DURATIONS ?= --durations=40 --durations-min=5
 test: install
-	GPUCOURSE_SMOKE=1 GPUCOURSE_OFFLINE=1 $(BIN)/python -m pytest -m "not bench" $(XDIST) $(PYTEST_ARGS)
+	GPUCOURSE_SMOKE=1 GPUCOURSE_OFFLINE=1 $(BIN)/python -m pytest -m "not bench and not stress and not edition" $(XDIST) $(DURATIONS) $(PYTEST_ARGS)
 
 # The same suite without the tests marked slow (pyproject.toml's markers): minutes, for every change.
 test-fast: install
-	GPUCOURSE_SMOKE=1 GPUCOURSE_OFFLINE=1 $(BIN)/python -m pytest -m "not slow and not bench" $(XDIST) $(PYTEST_ARGS)
+	GPUCOURSE_SMOKE=1 GPUCOURSE_OFFLINE=1 $(BIN)/python -m pytest -m "not slow and not bench and not stress and not edition" $(XDIST) $(DURATIONS) $(PYTEST_ARGS)
+
+# Every torchrun demo and script exercise (and lesson 9's ddp_spawn script) launched many times in a row
+# beside a busy process: each launch must exit 0 with no rank aborting at exit. Tens of minutes; one at a
+# time (the load is the point). GPUCOURSE_STRESS_RUNS=<n> launches each n times instead of 50.
+# The student edition as a student receives it: built, installed from its git tag (non-editable, --no-deps)
+# next to the oldest supported torch (pyproject's [tool.gpucourse]), every course/ notebook run with the
+# reference answers pasted in (tests/test_edition_installed.py; build/oldest-torch/ keeps the runtime).
+test-edition: install
+	GPUCOURSE_SMOKE=1 GPUCOURSE_OFFLINE=1 $(BIN)/python -m pytest -m edition tests/test_edition_installed.py $(DURATIONS) $(PYTEST_ARGS)
+
+test-stress: install
+	GPUCOURSE_SMOKE=1 GPUCOURSE_OFFLINE=1 $(BIN)/python -m pytest -m stress tests/test_clean_exits.py $(PYTEST_ARGS)
 
 lint: install
 	$(BIN)/python -m ruff check .
 
-# On a machine with an NVIDIA GPU: every notebook and the GPU tests, where a cell or test that would
-# skip for want of CUDA fails instead (GPUCOURSE_REQUIRE=cuda). Cells needing 2 GPUs skip on one GPU.
+# On a machine with one NVIDIA GPU, in about 5 minutes: every notebook at smoke size and every GPU test,
+# where a cell or test that would skip for want of CUDA fails instead (GPUCOURSE_REQUIRE=cuda; cells
+# needing 2 GPUs skip on one GPU), then `bench-gpu --quick`: a reference with its provenance (device,
+# capability, versions, date, commit) in bench/results/reference-quick.json, refused unless every
+# measurement of gpucourse.reference.MEASUREMENTS is measured or absent with a reason. The bench runs
+# after the tests (not beside them: it times the GPU) and even when they fail; either failing fails the target.
+GPU_TESTS := tests/test_notebooks.py tests/test_notebooks_accelerator_cells.py tests/test_cuda.py tests/test_transfer.py \
+  tests/test_amp.py tests/test_profiling.py tests/test_bench_gpu.py
+GPU_XDIST ?= -n 8 --dist loadgroup
 test-gpu: install
-	GPUCOURSE_SMOKE=1 GPUCOURSE_OFFLINE=1 GPUCOURSE_REQUIRE=cuda $(BIN)/python -m pytest -rs \
-	  tests/test_notebooks.py tests/test_notebooks_accelerator_cells.py tests/test_cuda.py tests/test_transfer.py $(PYTEST_ARGS)
+	@GPUCOURSE_SMOKE=1 GPUCOURSE_OFFLINE=1 GPUCOURSE_REQUIRE=cuda $(BIN)/python -m pytest -rs -m "not bench" \
+	  $(GPU_XDIST) $(GPU_TESTS) $(PYTEST_ARGS); tests=$$?; \
+	$(BIN)/python -m gpucourse.bench_gpu --quick --out bench/results/reference-quick.json; bench=$$?; \
+	echo "make test-gpu: tests exit $$tests, bench-gpu --quick exit $$bench"; [ $$tests -eq 0 ] && [ $$bench -eq 0 ]
 
 # The rendered course: runs solutions/ (full size; GPUCOURSE_SMOKE=1 for smoke size) into build/executed/,
 # shows each lesson as released with the run's outputs for its non-exercise cells (book/make_book.py).
@@ -117,6 +143,15 @@ bench-gpu: install
 # Validate see it: wall time per lesson and its slowest cells. GPUCOURSE_OFFLINE=0 downloads CIFAR-10.
 full-run: install
 	$(BIN)/python bench/full_runs.py --out bench/results --offline "$${GPUCOURSE_OFFLINE:-1}" $(FULL_RUN_ARGS)
+
+# Lesson 10 and its grader: slurmctld, munged and two slurmd (node1, node2) on this machine, started from a
+# generated slurm.conf (gpucourse.local_slurm); it says what is missing where it cannot start.
+.PHONY: cluster cluster-stop
+cluster: install
+	$(BIN)/python -m gpucourse.local_slurm start
+
+cluster-stop: install
+	$(BIN)/python -m gpucourse.local_slurm stop
 
 clean:
 	rm -rf $(VENV) autograders/gradebook.db exchange bench/results .pytest_cache

@@ -75,18 +75,30 @@ def _raised(found: dict) -> str:
     return found["raised"][0] if isinstance(found.get("raised"), list) and found["raised"] else "an exception"
 
 
+def unreported(got: Any, where: str) -> str | None:
+    """The verdict on an outcome that is neither a return nor a raise (a forged or broken report)."""
+    if not isinstance(got, dict) or ("returned" in got) == ("raised" in got):
+        return f"{where}: no outcome was reported"
+    return None
+
+
+def must_raise(got: dict, expected: str, where: str) -> str | None:
+    """The verdict on a call whose reference raises ``expected``: the answer must raise it (or a subclass:
+    the answer's outcome lists the classes of what it raised)."""
+    if "raised" not in got:
+        return f"{where} returned {type_words(got['returned'])}; it must raise {expected}"
+    if not isinstance(got["raised"], list) or expected not in got["raised"]:
+        return f"{where} raised {_raised(got)}; it must raise {expected}"
+    return None
+
+
 def verdict(spec: dict, got: Any, want: dict, name: str, **tolerance) -> str | None:
     """What is wrong with the answer's outcome ``got`` of the call ``spec``, against the reference's ``want``."""
     where = shown(spec, name)
-    if not isinstance(got, dict) or ("returned" in got) == ("raised" in got):
-        return f"{where}: no outcome was reported"
+    if found := unreported(got, where):
+        return found
     if "raised" in want:
-        expected = want["raised"][0]
-        if "raised" not in got:
-            return f"{where} returned {type_words(got['returned'])}; it must raise {expected}"
-        if not isinstance(got["raised"], list) or expected not in got["raised"]:
-            return f"{where} raised {_raised(got)}; it must raise {expected}"
-        return None
+        return must_raise(got, want["raised"][0], where)
     if "raised" in got:
         return f"{where} raised {_raised(got)}"
     if not same(got["returned"], want["returned"], **tolerance):
@@ -111,4 +123,4 @@ def judge_calls(reference: Callable, name: str, **tolerance) -> Callable[[Any, A
     return judge
 
 
-__all__ = ["TAGS", "call", "judge_calls", "outcome", "same", "shown", "verdict"]
+__all__ = ["TAGS", "call", "judge_calls", "must_raise", "outcome", "same", "shown", "unreported", "verdict"]

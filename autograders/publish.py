@@ -131,8 +131,10 @@ you have. Warnings printed by torch or Lightning never count against you.
 **What the checks tell you, and what they do not.** ✓ on every public check means your answer has the
 right form and passes the cases shown; it is not your grade. The public checks are a subset: grading
 runs hidden checks too (more inputs, edge cases, every clause of the exercise's text), on the notebook
-you hand in, so an answer that passes here can still lose points there. In JupyterLab, nbgrader's
-**Validate** button runs every check of the notebook at once.
+you hand in, so an answer that passes here can still lose points there. The JupyterLab this edition
+installs (`make lab`, the `lab` extra) has no nbgrader and so no **Validate** button: the `check` cells
+are your feedback there and on Colab (on a class's JupyterHub with nbgrader, Validate runs every
+check of the notebook at once).
 
 {self_check}
 
@@ -147,7 +149,7 @@ How you hand in a notebook depends on how you take the course; your instructor s
 - **Colab**: *File → Download → Download .ipynb*, then upload that file where your instructor says (an
   LMS assignment, a shared folder). Colab saves your edits to your Google Drive only after *File →
   Save a copy in Drive*: do that first if you want to come back to it.
-- **Self-study**: there is nothing to hand in. `check("<exercise>")` and Validate are your feedback.
+- **Self-study**: there is nothing to hand in. `check("<exercise>")` is your feedback.
 
 Hand in the notebook with your answers in the exercise cells only: grading takes your answer cells
 and runs everything else as released, so changes elsewhere are not seen.

@@ -1,11 +1,15 @@
-"""`make bench-gpu` (gpucourse.bench_gpu): refuses without CUDA, and every part runs and validates at tiny sizes.
+"""`make bench-gpu` (gpucourse.bench_gpu): writes exactly the schema the lessons read, with each entry's
+recipe; refuses without CUDA; gates TF32 and bfloat16 on the GPU's capability; every part runs at tiny sizes.
 
-The GPU sizes need a GPU; here the same code runs on the CPU in the test-only ``--tiny`` mode. No
-assertion is on a time: only on what was written, what was left out and why, and the file's schema.
+The GPU sizes need a GPU (`make test-gpu` runs `bench-gpu --quick`); here the same code runs on the CPU
+in the test-only ``--tiny`` mode. No assertion is on a time: only on what was written, what was left
+out and why, and the file's schema.
 """
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 
 import pytest
@@ -17,9 +21,6 @@ from gpucourse import bench_gpu, reference
 @pytest.fixture(scope="module")
 def tiny_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("bench") / "tiny.json"
-    import contextlib
-    import io
-
     printed = io.StringIO()
     with contextlib.redirect_stdout(printed):
         code = bench_gpu.main(["--device", "cpu", "--tiny", "--out", str(out)])
@@ -27,26 +28,25 @@ def tiny_run(tmp_path_factory):
 
 
 @pytest.mark.bench
-def test_tiny_cpu_run_writes_a_valid_reference(tiny_run):
+def test_tiny_cpu_run_writes_a_test_fixture_never_a_reference(tiny_run):
     code, data, _ = tiny_run
     assert code == 0
-    assert reference.validate(data) == []
-    assert data["status"] == reference.STATUS and data["device"]["kind"] == "cpu"
+    assert reference.validate(data, fixture=True) == []
+    assert any("only measured numbers" in p for p in reference.validate(data))  # never loads as a shipped file
+    assert data["status"] == reference.FIXTURE_STATUS and data["device"]["kind"] == "cpu"
     assert data["software"]["torch"] == torch.__version__ and data["commit"] and data["date"]
-    assert "test mode" in data["note"]
+    assert "test mode" in data["note"] and data["run"] == "tiny"
 
 
 @pytest.mark.bench
-def test_names_match_the_shipped_reference_where_the_quantity_is_the_same(tiny_run):
+def test_every_declared_measurement_is_measured_or_absent_with_a_reason(tiny_run):
     _, data, _ = tiny_run
-    shipped = reference.load("h100").data["measurements"]
-    for name in ("matmul_tflops", "resnet18_step_ms"):
-        assert name in data["measurements"] and name in shipped
-        assert shipped[name]["unit"] == data["measurements"][name]["unit"]
-    labels = set(data["measurements"]["matmul_tflops"]["values"])
-    assert {"float32 64", "float16 64", "bfloat16 64", "float32 63", "float32 72"} <= labels
-    steps = set(data["measurements"]["resnet18_step_ms"]["values"])
-    assert {"b2 32px fp32", "b2 32px amp bf16 channels_last", "b2 48px amp fp16"} <= steps
+    attempted = set(data["measurements"]) | set(data["absent"])
+    assert attempted == set(reference.MEASUREMENTS)
+    for name, m in data["measurements"].items():
+        assert m["unit"] == reference.MEASUREMENTS[name].unit
+        assert set(reference.RECIPE_KEYS) <= set(m["recipe"]), name
+    assert "b2 32px fp32" in data["measurements"]["resnet18_step_ms"]["values"]
     assert "b2 32px fp32 item every step" in data["measurements"]["sync_loop_ms"]["values"]
 
 
@@ -55,7 +55,8 @@ def test_what_a_cpu_cannot_measure_is_absent_with_a_reason_never_zero(tiny_run):
     _, data, _ = tiny_run
     absent = data["absent"]
     assert "tf32 64" in absent["matmul_tflops"] and "tf32 64" not in data["measurements"]["matmul_tflops"]["values"]
-    for name in ("h2d_gbps", "copy_compute_overlap_ms", "resnet18_cuda_graph_ms", "resnet18_peak_mib"):
+    for name in ("h2d_gbps", "copy_compute_overlap_ms", "resnet18_cuda_graph_ms", "resnet18_peak_mib",
+                 "lesson11_gpu_profile_us", "lesson05_conv_ms"):
         assert name not in data["measurements"] and absent[name]
         assert all(isinstance(why, str) and why for why in absent[name].values())
     every_value = [v for m in data["measurements"].values() for v in m["values"].values()]
@@ -68,6 +69,69 @@ def test_progress_names_every_part_as_it_starts_and_ends(tiny_run):
     for i, (title, _) in enumerate(bench_gpu.PARTS, 1):
         assert f"[{i}/{len(bench_gpu.PARTS)}] {title} ..." in printed
         assert f"[{i}/{len(bench_gpu.PARTS)}] {title} done in" in printed
+
+
+def test_the_fixture_holds_every_declared_label_through_the_writer(tmp_path):
+    path = bench_gpu.write(bench_gpu.fixture(), tmp_path / "fixture.json")
+    ref = reference.load(str(path))
+    assert ref.fixture
+    for name, declared in reference.MEASUREMENTS.items():
+        assert set(ref.values(name)) == set(declared.labels), name
+        assert ref.recipe(name) == bench_gpu.RECIPES[name]
+
+
+def test_a_measured_file_with_an_unexplained_label_is_refused(tmp_path):
+    data = bench_gpu.fixture()
+    data["status"] = reference.STATUS
+    data["device"] = {"kind": "cuda", "name": "NVIDIA H100 80GB HBM3", "short": "H100", "capability": "9.0"}
+    data["measurements"]["h2d_gbps"]["values"].pop("pageable")
+    with pytest.raises(RuntimeError, match=r"h2d_gbps\['pageable'\] was neither measured nor listed absent"):
+        bench_gpu.write(data, tmp_path / "x.json")
+    assert not (tmp_path / "x.json").exists()
+    data["absent"] = {"h2d_gbps": {"pageable": "why not, in words"}}
+    bench_gpu.write(data, tmp_path / "x.json")
+    assert reference.load(str(tmp_path / "x.json")).missing("h2d_gbps", ["pageable"]).endswith("(why not, in words)")
+
+
+def test_before_sm80_there_is_no_tf32_row_and_bfloat16_is_labelled_emulated(monkeypatch):
+    """The capability gate, on a simulated T4 (sm 75): the matmul part's own labels and reasons."""
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a, **k: None)
+    b = bench_gpu.Bench("cpu", bench_gpu.TINY)
+    b.cuda, b.capability, b.has_tf32, b.bf16_native = True, (7, 5), False, False
+    bench_gpu.matmul(b)
+    values = b.measurements["matmul_tflops"]["values"]
+    assert not any(label.startswith("tf32") for label in values)
+    assert all("compute capability 8.0" in why and "sm 75" in why for why in b.absent["matmul_tflops"].values())
+    assert {label for label in values if label.startswith("bfloat16")} == {f"bfloat16 {n} emulated" for n in (64, 63, 72)}
+    assert "float16 64" in values and "float32 64" in values
+    assert reference.MEASUREMENTS["matmul_tflops"].knows("bfloat16 8192 emulated")
+    assert not reference.MEASUREMENTS["matmul_tflops"].knows("float16 8192 emulated")
+
+
+def test_tf32_sets_matmul_and_cudnn_apart_and_restores_them():
+    def read():
+        return (torch.backends.cuda.matmul.fp32_precision, torch.backends.cudnn.conv.fp32_precision)
+
+    before = read()
+    with bench_gpu.tf32(False, True):
+        assert read() == ("ieee", "tf32")
+    with bench_gpu.tf32(True, False):
+        assert read() == ("tf32", "ieee")
+    assert read() == before
+
+
+def test_pageable_sources_are_written_before_they_are_timed():
+    from gpucourse import transfer
+
+    buffer = bench_gpu.host_buffer(1, pinned=False)
+    assert buffer.numel() == 2**20 and bool((buffer == 1).all())
+    assert bool((transfer.filled_host(2) == 1).all())
+
+
+def test_the_lessons_kernel_is_read_from_the_solutions_notebook():
+    pytest.importorskip("triton")
+    kernel = bench_gpu.lesson_kernel()
+    assert callable(kernel) and kernel.__name__ == "scaled_add"
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA: bench-gpu would measure it")

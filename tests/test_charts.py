@@ -150,3 +150,28 @@ def test_lesson9_darts_errors_caught_on_purpose_are_not_logged(air, caplog):
         mape(zero, zero + 1, zero_division="raise")
     assert [r.getMessage() for r in logged_errors()] == \
         ["ValueError: Cannot compute metric: the denominator is zero for some entries."], "outside the block, as before"
+
+
+def test_a_beside_chart_says_the_runs_size_and_load_and_where_it_contradicts_its_text(monkeypatch):
+    """Lessons 4 and 5 label their ratio charts with gpucourse.timing.chart_note: the smoke size and the
+    load average over this machine's CPUs, and, where this run's ratio says the opposite of the text, so."""
+    import os
+
+    from gpucourse import amp, timing
+
+    monkeypatch.setattr(os, "getloadavg", lambda: (7.5, 1.0, 1.0))
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1})
+    assert timing.conditions(smoke=True) == "smoke size, load 7.5 on 2 CPUs (busy: other programs share them)"
+    monkeypatch.setattr(os, "getloadavg", lambda: (0.5, 1.0, 1.0))
+    assert timing.conditions(smoke=False) == "full size, load 0.5 on 2 CPUs"
+    monkeypatch.setenv("GPUCOURSE_SMOKE", "1")
+    agreeing = timing.chart_note("this CPU has bfloat16 instructions.")
+    assert agreeing.startswith("this CPU has bfloat16") and "smoke size, load 0.5 on 2 CPUs" in agreeing
+    assert "otherwise" not in agreeing
+    contradicted = timing.chart_note("this CPU has bfloat16 instructions.", "AMP bfloat16 ran at 0.80x float32's speed")
+    assert "This run shows otherwise (AMP bfloat16 ran at 0.80x float32's speed) at smoke size" in contradicted
+    fig = amp.beside({"float32": 1.0, "AMP bfloat16": 0.8}, {"float32": 1.0, "AMP bfloat16": 1.9}, title="speed",
+                     unit="x float32's speed", mine_label=HARDWARE, reference_label="the reference GPU", note=contradicted)
+    assert "shows otherwise" in texts(fig).replace("\n", " ")
+    assert HARDWARE in [t.get_text() for legend in fig.legends for t in legend.get_texts()]
+    plt.close(fig)

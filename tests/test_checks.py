@@ -474,10 +474,11 @@ def grading_seed() -> int:
     return secrets.randbits(63) if given == "random" else int(given)
 
 
-def judge_answer(exercise: str, source: str, filename: str = "<answer>") -> list[str]:
+def judge_answer(exercise: str, source: str, filename: str = "<answer>", until: str | None = None) -> list[str]:
     """The ✗ lines the grader's judges give an answer cell ``source`` of ``exercise`` (observed here, not
     in the sandbox: quick enough for one lesson's fixtures, ``-k lesson04``). ``filename``: a file that
-    holds ``source``, for code that reads its own source (Triton's ``@jit``)."""
+    holds ``source``, for code that reads its own source (Triton's ``@jit``). ``until``: stop at the first
+    ✗ line that holds it (a wrong fixture's intended reason: the cases after it cannot change the verdict)."""
     from autograders import engine
 
     assignment = checks.EXERCISES[exercise].assignment if exercise in checks.EXERCISES else None
@@ -491,12 +492,12 @@ def judge_answer(exercise: str, source: str, filename: str = "<answer>") -> list
     saved = sys.modules["__main__"]
     sys.modules["__main__"] = main
     try:
-        return _judge_in(ns, hidden, exercise, source, filename)
+        return _judge_in(ns, hidden, exercise, source, filename, until)
     finally:
         sys.modules["__main__"] = saved
 
 
-def _judge_in(ns, hidden, exercise, source, filename):
+def _judge_in(ns, hidden, exercise, source, filename, until=None):
     from autograders import engine
 
     try:
@@ -517,6 +518,8 @@ def _judge_in(ns, hidden, exercise, source, filename):
         verdict = engine._judge(case, observation, inputs.get(case_id))
         if verdict is not None:
             failures.append(f"✗ {case.name}: {verdict} [inputs drawn from seed {seed}: GPUCOURSE_TEST_SEED={seed} draws them again]")
+            if until is not None and until in failures[-1]:
+                break
     return failures
 
 
@@ -529,11 +532,11 @@ def test_fixture_judged_in_process_as_its_first_line_says(kind, exercise, path, 
     checks.exercises()
     if isinstance(checks.EXERCISES[exercise].kind, checks.Script):
         request.getfixturevalue("forked_launches")
-    failures = judge_answer(exercise, path.read_text(), str(path))
+    reason = None if kind == "right" else classroom.intended(path)[1]
+    failures = judge_answer(exercise, path.read_text(), str(path), until=reason)
     if kind == "right":
         assert not failures, failures
     else:
-        reason = classroom.intended(path)[1]
         assert any(reason in line for line in failures), f"no ✗ line with {reason!r}; got {failures}"
 
 

@@ -161,6 +161,21 @@ def test_the_student_readme_says_how_to_hand_in_and_what_the_checks_do_not_tell(
     assert "turns it off" in readme or "Self-check is off" in readme
 
 
+def test_the_student_readme_promises_validate_only_where_nbgrader_is(built):
+    """The edition's extras leave nbgrader out (grading needs this repository), so its JupyterLab has no
+    Validate button: the README names Validate only for a class's JupyterHub with nbgrader."""
+    from packaging.requirements import Requirement
+
+    extras = tomllib.loads((built / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    assert "nbgrader" not in {Requirement(r).name for reqs in extras.values() for r in reqs}
+    readme = (built / "README.md").read_text()
+    sentences = re.split(r"(?<=[.!?])\s+", " ".join(readme.split()))
+    validate = [s for s in sentences if "Validate" in s]
+    assert any("no **Validate** button" in s for s in validate), "the README does not say there is none"
+    promised = [s for s in validate if "JupyterHub" not in s and "no **Validate**" not in s]
+    assert not promised, f"Validate promised where the edition installs no nbgrader: {promised}"
+
+
 ESTIMATE = re.compile(r"about (\d+) s|about (half )?a minute|\d+[–-]\d+ minutes")
 
 

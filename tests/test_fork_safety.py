@@ -6,8 +6,9 @@ Lightning's ``ddp_notebook`` children always do when a GPU is present (they save
 so do DataLoader workers or ``multiprocessing`` fork children that put tensors on the GPU. CI has no GPU,
 so this check is dynamic: every notebook runs in a real kernel, in the smoke setting (a fork can hide in
 a helper module, so none is skipped on the strength of its text), with
-``tests/cuda_fork_simulator.py`` installed first. It pretends one GPU through NVML (so every GPU branch
-is taken), records each call that would leave CUDA state in a process, marks every fork child as a
+``tests/cuda_fork_simulator.py`` installed first. It pretends one H100 through NVML (so every GPU branch
+is taken), records each call that would leave CUDA state in a process (CUDA initialized from C++ too:
+streams, pinned memory, the allocator's history), marks every fork child as a
 "bad fork" exactly when its parent had such state (torch's own rule), and records a violation when such
 a child touches CUDA. Cells that need a real GPU fail in this run (there is none); their errors are
 ignored, only the recorded events count. What the run cannot reach (a fork after a cell that fails for
@@ -35,15 +36,16 @@ DDP_FORK = re.compile(r"strategy\s*=\s*[\"']ddp_(notebook|fork)[\"']")
 OLD_LESSON06 = FIXTURES / "fork_safety" / "lesson06_before_fix.ipynb"
 
 
-def run_with_pretend_gpu(nb, tmp_path: Path, gpus: int = 1) -> list[dict]:
-    """Execute ``nb`` with the simulator installed first; every recorded event, in order."""
+def run_with_pretend_gpu(nb, tmp_path: Path, profile: str = "1gpu") -> list[dict]:
+    """Execute ``nb`` with the simulator installed first, pretending the machine ``profile`` (a key of
+    ``cuda_fork_simulator.PROFILES``); every recorded event, in order."""
     import cuda_fork_simulator
 
     log = tmp_path / "cuda_events.jsonl"
     log.touch()
     install = nbformat.v4.new_code_cell(
         f"import sys; sys.path.insert(0, {str(TESTS)!r})\n"
-        f"import cuda_fork_simulator; cuda_fork_simulator.install({str(log)!r}, gpus={gpus})")
+        f"import cuda_fork_simulator; cuda_fork_simulator.install({str(log)!r}, profile={profile!r})")
     nb = nbformat.from_dict(nb)
     nb.cells.insert(0, install)
     execute_notebook(nb, tmp_path, timeout=600, allow_errors=True)
@@ -108,6 +110,7 @@ os.waitpid(pid, 0)
     ("torch.cuda.device_count()", False),
     ("torch.manual_seed(0)", False),  # CUDA seeding is queued until CUDA starts
     ("import contextlib\nwith contextlib.suppress(RuntimeError): torch.ones(1).cuda()", True),
+    ("torch.ones(2).pin_memory()", True),  # CUDA initialized from C++ (tests/test_device_profiles.py: the others)
 ])
 def test_the_simulator_follows_torchs_fork_rule(before, violation, tmp_path):
     import subprocess

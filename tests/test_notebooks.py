@@ -1,10 +1,42 @@
-"""Every notebook in solutions/ runs headless in a real Jupyter kernel, in the smoke setting."""
+"""Every notebook in solutions/ runs headless in a real Jupyter kernel, in the smoke setting, and shows
+nothing on stderr but what ALLOWED_STDERR names (the libraries' messages about themselves are silenced
+at their source: gpucourse.preamble.quiet_libraries, run by every notebook's setup cell)."""
 
 from __future__ import annotations
+
+import re
+import subprocess
+import sys
 
 import pytest
 
 from conftest import SOLUTIONS, NotebookFailed, executed_solution, notebook_param, notebooks
+
+# (notebook folder's prefix, a regular expression a line must match, why the line is the lesson's to show)
+ALLOWED_STDERR = [
+    ("lesson04", r"\S+/configuration_validator\.py:\d+: You passed in a `val_dataloader` but have no `validation_step`",
+     "section 5's TinyClassifier trains on a datamodule with a validation split and has no validation_step: "
+     "Lightning's warning is about the cell's code"),
+    ("lesson08", r"W\d{4} [\d:.]+ \d+ torch/_dynamo/convert_frame\.py:\d+\] \[\d+/\d+\]",
+     "section 6 runs past dynamo's recompile limit on purpose; its text quotes the warning, 'hit config.recompile_limit'"),
+    ("lesson08", r"W\d{4} [\d:.]+ \d+ torch/_dynamo/variables/tensor\.py:\d+\] \[\d+/\d+\]",
+     "section 7 makes the graph break that .item() causes, and dynamo's warning names it"),
+]
+
+
+def unexplained_stderr(nb, folder: str) -> list[str]:
+    """Each stderr line of the executed notebook ``nb`` that no entry of ALLOWED_STDERR for ``folder``
+    explains, as "cell N: line"."""
+    allowed = [re.compile(pattern) for prefix, pattern, _ in ALLOWED_STDERR if folder.startswith(prefix)]
+    found = []
+    for index, cell in enumerate(nb.cells):
+        for output in cell.get("outputs", []):
+            if output.get("output_type") != "stream" or output.get("name") != "stderr":
+                continue
+            for line in output.get("text", "").splitlines():
+                if line.strip() and not any(pattern.match(line) for pattern in allowed):
+                    found.append(f"cell {index}: {line[:300]}")
+    return found
 
 
 @pytest.mark.parametrize("path", [notebook_param(p) for p in notebooks(SOLUTIONS)], ids=lambda p: p.parent.name)
@@ -15,3 +47,64 @@ def test_solution_notebook_executes(path):
         pytest.fail(str(failure), pytrace=False)
     executed = [c for c in nb.cells if c.cell_type == "code"]
     assert all(c.execution_count for c in executed), "some code cells did not run"
+
+
+@pytest.mark.parametrize("path", [notebook_param(p) for p in notebooks(SOLUTIONS)], ids=lambda p: p.parent.name)
+def test_solution_notebook_shows_nothing_unexplained_on_stderr(path):
+    try:
+        nb = executed_solution(path)  # the run above, read again: no notebook runs twice
+    except NotebookFailed as failure:
+        pytest.fail(str(failure), pytrace=False)
+    found = unexplained_stderr(nb, path.parent.name)
+    assert not found, (f"{path.parent.name} writes to stderr what no entry of ALLOWED_STDERR explains (silence a "
+                       "library's message about itself in gpucourse.preamble.quiet_libraries):\n" + "\n".join(found[:20]))
+
+
+def test_unexplained_stderr_reads_stderr_only_and_applies_the_lessons_own_entries():
+    import nbformat
+
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("")])
+    nb.cells[0].outputs = [
+        nbformat.v4.new_output("stream", name="stdout", text="a result\n"),
+        nbformat.v4.new_output("stream", name="stderr", text="\n💡 Tip: try installing litlogger\n"),
+        nbformat.v4.new_output("stream", name="stderr", text="W1128 03:25:26.949000 19620 torch/_dynamo/"
+                               "convert_frame.py:2008] [0/8] torch._dynamo hit config.recompile_limit (8)\n")]
+    assert unexplained_stderr(nb, "lesson08_tpus_xla") == ["cell 0: 💡 Tip: try installing litlogger"]
+    assert len(unexplained_stderr(nb, "lesson09_darts_forecasting")) == 2  # lesson 8's entry is lesson 8's only
+
+
+# What the first cells of a Lightning lesson do: the setup cell, torch.utils.benchmark (which imports
+# torch.utils.cpp_extension), and one small fit with the Trainer's defaults on the CPU, in bfloat16.
+FIRST_LIGHTNING_CELLS = """
+from gpucourse import setup
+S = setup(seed=0)
+import torch
+from torch import nn
+from torch.utils import benchmark
+from torch.utils.data import DataLoader, TensorDataset
+import pytorch_lightning as pl
+
+class Tiny(pl.LightningModule):
+    def __init__(self):
+        super().__init__()
+        self.net = nn.Linear(4, 1)
+    def training_step(self, batch, batch_idx):
+        return nn.functional.mse_loss(self.net(batch[0]).squeeze(-1), batch[1])
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+data = DataLoader(TensorDataset(torch.randn(16, 4), torch.randn(16)), batch_size=8)
+trainer = pl.Trainer(accelerator="cpu", max_epochs=1, precision="bf16-mixed", logger=False,
+                     enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
+trainer.fit(Tiny(), data)
+pl.seed_everything(0)
+print("fitted")
+"""
+
+
+def test_setup_and_a_first_lightning_fit_write_nothing_to_stderr(tmp_path):
+    done = subprocess.run([sys.executable, "-c", FIRST_LIGHTNING_CELLS], capture_output=True, text=True, cwd=tmp_path,
+                          timeout=900)  # minutes on a loaded machine: torch and Lightning import slowly
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "fitted" in done.stdout
+    assert done.stderr == "", done.stderr[-3000:]

@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
-from conftest import ROOT
+from conftest import ROOT, needs_cuda
 from gpucourse import profiling as P
 from gpucourse.checks import lesson11 as L
 
@@ -161,7 +161,7 @@ def test_step_ms_times_a_training_step_and_graphs_need_cuda():
         P.step_ms(P.tiny_model(), 16, "cpu", graphed=True)
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@needs_cuda("CUDA graphs need a CUDA GPU")
 def test_step_ms_replays_a_cuda_graph():
     assert P.step_ms(P.tiny_model(), 128, "cuda", graphed=True, min_seconds=0.05) > 0
 

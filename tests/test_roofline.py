@@ -200,7 +200,8 @@ def test_h100_spec_is_labelled_as_not_measured_and_reference_names_exist():
     ref = reference.load()
     for name, label in (("matmul_tflops", "float16 8192"), ("matmul_tflops", "float32 8192"), ("matmul_tflops", "tf32 8192"),
                         ("lesson02_matmul_tflops", "GPU float32 128"), ("lesson02_scaled_add_ms", "torch 2.0 * x + y"),
-                        ("resnet18_cuda_graph_ms", "b512 32px fp32 cuda graph"), ("lesson11_gpu_profile_us", "self CPU time, 3 steps")):
+                        ("resnet18_cuda_graph_ms", "b512 32px fp32 cudnn-tf32 cuda graph"),
+                        ("lesson11_gpu_profile_us", "self CPU time, 3 steps")):
         assert ref.value(name, label) > 0
 
 

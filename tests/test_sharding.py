@@ -109,12 +109,13 @@ def test_figures_have_titles_units_and_hardware(memory):
     import matplotlib.pyplot as plt
     from matplotlib.figure import Figure
 
-    spans = [{"stage": s, "microbatches": 1, "spans": [["forward", 0, s, s + 1.0], ["backward", 0, 3 - s, 4 - s]]}
-             for s in range(2)]
+    spans = [{"stage": s, "microbatches": 1, "spans": [["forward", 0, s, s + 1.0], ["backward", 0, 3 - s, 4 - s]],
+              "backend": "gloo"} for s in range(2)]
     for fig in (H.plot_memory(memory, "test CPU"), H.plot_pipeline(spans, "test CPU")):
         assert isinstance(fig, Figure)
         ax = fig.axes[0]
         assert "test CPU" in ax.get_title() and "measured" in ax.get_title()
+        assert "gloo" in ax.get_title()  # the backend the reports say ran them
         assert "(" in ax.get_xlabel() or "(" in ax.get_ylabel()  # units named
         assert ax.get_xlabel() and ax.get_ylabel()
         plt.close(fig)

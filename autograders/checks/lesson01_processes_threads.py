@@ -16,7 +16,7 @@ from gpucourse.checks.ddp import judge_script_ran
 from gpucourse.checks.lesson01 import observe_choices  # same observation, stricter judges
 from gpucourse.checks.values import describe, type_words
 
-from autograders.differential import same
+from autograders.differential import same, unreported
 
 # --- parallel_map -------------------------------------------------------------------------
 # Each case draws its items (ints up to 2**70 and below -2**53, floats, strs, None, tuples, lists),
@@ -163,8 +163,8 @@ def judge_applied(found, runs):
     functions = _functions()
     for run, got in zip(runs, found):
         where = _run_words(run)
-        if not isinstance(got, dict) or ("returned" in got) == ("raised" in got):
-            return f"{where}: no outcome was reported"
+        if found := unreported(got, where):
+            return found
         if "raised" in got:
             return f"{where} raised {(got['raised'] or ['an exception'])[0]}"
         want = describe(reference_parallel_map(functions[run["fn"]], _items(run), run["kind"]))

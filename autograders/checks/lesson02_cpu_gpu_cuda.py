@@ -334,7 +334,7 @@ RTOL = {"float64": 1e-12, "float32": 1e-5, "float16": 1e-2}
 ATOL = {"float64": 1e-12, "float32": 1e-6, "float16": 1e-2}
 
 
-def _config(rng, n, block, dtype, alpha=None):
+def _kernel_launch_draw(rng, n, block, dtype, alpha=None):
     return {"n": n, "block_size": block, "dtype": dtype, "alpha": rng.choice(ALPHAS) if alpha is None else alpha,
             "seed": rng.randrange(2 ** 31)}
 
@@ -347,7 +347,7 @@ def draw_triton_sizes(rng):
                  lambda b: b * rng.randint(2, 5) + 1, lambda b: b * rng.randint(2, 5) - 1,
                  lambda b: rng.randint(b + 1, 6 * b)):
         block = rng.choice(BLOCKS[:5])
-        configs.append(_config(rng, n_of(block), block, "float32"))
+        configs.append(_kernel_launch_draw(rng, n_of(block), block, "float32"))
     configs[rng.randrange(len(configs))]["alpha"] = 0.0
     configs[rng.randrange(len(configs))]["alpha"] = rng.choice([-0.75, -3.0, -96.5])
     return configs
@@ -355,8 +355,8 @@ def draw_triton_sizes(rng):
 
 def draw_triton_large(rng):
     """Blocks of 512 and 1024: one element, a partial last block, whole blocks."""
-    return [_config(rng, 1, 1024, "float32"), _config(rng, rng.randint(1025, 2047), 1024, "float32"),
-            _config(rng, 512 * rng.randint(2, 4), 512, rng.choice(["float32", "float16"]))]
+    return [_kernel_launch_draw(rng, 1, 1024, "float32"), _kernel_launch_draw(rng, rng.randint(1025, 2047), 1024, "float32"),
+            _kernel_launch_draw(rng, 512 * rng.randint(2, 4), 512, rng.choice(["float32", "float16"]))]
 
 
 def draw_triton_dtypes(rng):
@@ -364,8 +364,8 @@ def draw_triton_dtypes(rng):
     configs = []
     for dtype in ("float64", "float16"):
         block = rng.choice(BLOCKS[:5])
-        configs += [_config(rng, rng.randint(1, block - 1) if rng.random() < 0.5 else 1, block, dtype),
-                    _config(rng, block * rng.randint(1, 4) + rng.randint(1, block - 1), block, dtype)]
+        configs += [_kernel_launch_draw(rng, rng.randint(1, block - 1) if rng.random() < 0.5 else 1, block, dtype),
+                    _kernel_launch_draw(rng, block * rng.randint(1, 4) + rng.randint(1, block - 1), block, dtype)]
     return configs
 
 

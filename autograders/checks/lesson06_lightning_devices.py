@@ -14,7 +14,7 @@ from gpucourse.checks import Case
 from gpucourse.checks.lesson06 import outputs_close
 from gpucourse.checks.values import describe, rebuild, type_words
 
-from autograders.differential import call, outcome, same, shown
+from autograders.differential import call, must_raise, outcome, same, shown, unreported
 
 # --- device_agnostic ------------------------------------------------------------------------------
 # 1. the same function as Standardize: (x - mean) / std, the read-out self.readout, plus 1, for any
@@ -480,13 +480,11 @@ def judge_numbers(reference, name, wrong_value):
         for spec, got in zip(calls, observed):
             where = shown(spec, name)
             want = outcome(reference, spec)
-            if not isinstance(got, dict) or ("returned" in got) == ("raised" in got):
-                return f"{where}: no outcome was reported"
+            if found := unreported(got, where):
+                return found
             if "raised" in want:
-                if "raised" not in got:
-                    return f"{where} returned {type_words(got['returned'])}; it must raise {want['raised'][0]}"
-                if want["raised"][0] not in got["raised"]:
-                    return f"{where} raised {got['raised'][0]}; it must raise {want['raised'][0]}"
+                if found := must_raise(got, want["raised"][0], where):
+                    return found
                 continue
             if "raised" in got:
                 return f"{where} raised {got['raised'][0]}"

@@ -291,6 +291,126 @@ def sbatch_judge(clauses):
     return judge
 
 
+# --- sbatch_for, run: the script submitted to a real Slurm cluster of 2 emulated nodes with 2 GPUs each
+# (gpucourse.local_slurm, when one is up: `make cluster`), its command a probe that records what each process
+# was started with (autograders/slurm_jobs.py). Judged from outside: sbatch's answer, the job's final state
+# and exit code from Slurm, and the processes' reports read as Lightning reads them (TorchElastic first,
+# then SLURM, with the checks Lightning makes at launch). Without a cluster the same scripts are judged on
+# their text (tests/test_local_slurm.py holds both judgements equal on every fixture).
+
+RUN_COMMANDS = ["python train.py", "python train.py --max-epochs 3", "python -u train.py --seed 7",
+                "python3 train.py --lr 3e-4 --name run-a"]
+
+
+def draw_run(rng):
+    from gpucourse.local_slurm import GPUS_PER_NODE, NODES
+
+    return [{"nodes": len(NODES), "gpus": GPUS_PER_NODE, "command": rng.choice(RUN_COMMANDS)}]
+
+
+def lightning_launch_view(env: dict, devices: int, num_nodes: int) -> dict:
+    """The ranks Lightning derives in a process started with ``env`` for ``Trainer(devices, num_nodes)``, or
+    {"error": ...}: TorchElasticEnvironment when TORCHELASTIC_RUN_ID is set (torchrun), else SLURMEnvironment
+    when srun launched it (with ``_validate_srun_variables`` and ``validate_settings``), else one process.
+    (tests/test_local_slurm.py holds it equal to Lightning's own environments.)"""
+    if "TORCHELASTIC_RUN_ID" in env:
+        try:
+            return {"kind": "torchrun", "global_rank": int(env["RANK"]), "local_rank": int(env["LOCAL_RANK"]),
+                    "node_rank": int(env["GROUP_RANK"]), "world_size": int(env["WORLD_SIZE"])}
+        except (KeyError, ValueError) as error:
+            return {"error": f"torchrun's variables are incomplete ({error})"}
+    ranks = lightning_slurm_ranks(env)
+    if ranks is None:
+        return {"kind": "none", "global_rank": 0, "local_rank": 0, "node_rank": 0, "world_size": 1}
+    ntasks = int(env.get("SLURM_NTASKS", "1"))
+    if ntasks > 1 and "SLURM_NTASKS_PER_NODE" not in env:
+        return {"error": f"Lightning refuses --ntasks={ntasks} without --ntasks-per-node (srun set no SLURM_NTASKS_PER_NODE)"}
+    per_node, nnodes = env.get("SLURM_NTASKS_PER_NODE"), env.get("SLURM_NNODES")
+    if per_node is not None and int(per_node) != devices:
+        return {"error": f"SLURM_NTASKS_PER_NODE={per_node} but Trainer(devices={devices}): Lightning stops at launch"}
+    if nnodes is not None and int(nnodes) != num_nodes:
+        return {"error": f"SLURM_NNODES={nnodes} but Trainer(num_nodes={num_nodes}): Lightning stops at launch"}
+    return {"kind": "slurm", **{k: ranks[k] for k in ("global_rank", "local_rank", "node_rank", "world_size")}}
+
+
+def _arguments(command: str) -> list[str] | None:
+    """What the probe's sys.argv[1:] must be when ``command`` (python [flags] train.py ARGS) runs it."""
+    import shlex
+
+    words = shlex.split(command)[1:]
+    while words and words[0].startswith("-"):
+        words = words[1:]
+    return words[1:]
+
+
+def judge_run(request: dict, result: dict) -> str | None:
+    """What is wrong with a job (``autograders.slurm_jobs.run_script``'s data) that should have run
+    ``request["command"]`` as one process per GPU on every node, as one Lightning job; None if nothing."""
+    nodes, gpus = request["nodes"], request["gpus"]
+    want = nodes * gpus
+    where = f"on the {nodes}-node cluster ({gpus} GPUs per node)"
+    if not result.get("submitted"):
+        return f"sbatch refused the script {where}: {result.get('error')}"
+    if result.get("state") != "COMPLETED" or result.get("exit_code") != "0:0":
+        last = [line for line in result.get("output", "").splitlines() if line.strip()][-2:]
+        return (f"the job ended {result.get('state')} (exit code {result.get('exit_code')}) {where}"
+                + (f": {' | '.join(last)}" if last else ""))
+    reports = result.get("reports", [])
+    if len(reports) != want:
+        return (f"{len(reports)} process(es) ran the command {where}: {nodes} nodes × {gpus} GPUs is {want},"
+                " one per GPU")
+    arguments = _arguments(request["command"])
+    for report in reports:
+        if report.get("argv") != arguments:
+            return f"a process ran with the arguments {report.get('argv')}, not {arguments}: run the command as given"
+    views, hosts = [], {}
+    for report in reports:
+        view = lightning_launch_view(report.get("env", {}), gpus, nodes)
+        if "error" in view:
+            return f"{where}: {view['error']}"
+        views.append(view)
+        hosts.setdefault(report.get("env", {}).get("SLURMD_NODENAME", "?"), []).append(view)
+    if {v["world_size"] for v in views} != {want}:
+        return f"Lightning's world sizes are {sorted({v['world_size'] for v in views})}, not {want}"
+    if sorted(v["global_rank"] for v in views) != list(range(want)):
+        return f"global ranks {sorted(v['global_rank'] for v in views)}: each of 0..{want - 1} once"
+    if len(hosts) != nodes or any(len(on) != gpus for on in hosts.values()):
+        return f"processes per node {dict(sorted((h, len(on)) for h, on in hosts.items()))}: {gpus} on each of {nodes}"
+    for host, on in hosts.items():
+        if sorted(v["local_rank"] for v in on) != list(range(gpus)) or len({v["node_rank"] for v in on}) != 1:
+            return f"on {host}: local ranks {sorted(v['local_rank'] for v in on)} and node ranks" \
+                   f" {sorted({v['node_rank'] for v in on})}: 0..{gpus - 1}, one node rank"
+    if sorted(on[0]["node_rank"] for on in hosts.values()) != list(range(nodes)):
+        return f"node ranks {sorted(on[0]['node_rank'] for on in hosts.values())}: each node its own"
+    return None
+
+
+def slurm_judging() -> bool:
+    """Judge by running when the local cluster is up (GPUCOURSE_SLURM_JUDGE=0 turns it off)."""
+    import os
+
+    from gpucourse import local_slurm
+
+    return os.environ.get("GPUCOURSE_SLURM_JUDGE", "1") != "0" and local_slurm.is_up()
+
+
+def judge_by_running(texts, requests):
+    """Run each script on the local cluster and judge the job; without one, judge its text."""
+    if not slurm_judging():
+        return judge_sbatch_all(requests, texts)
+    from autograders.slurm_jobs import run_script
+
+    if not isinstance(texts, list) or len(texts) != len(requests):
+        return "one script per request"
+    for request, text in zip(requests, texts):
+        if text.startswith("<a "):
+            return f"return the script's text (a str), got {text[1:-1]}"
+        verdict = judge_run(request, run_script(text))
+        if verdict:
+            return verdict
+    return None
+
+
 HIDDEN["sbatch_for"] = [
     Case("returns the script's text, its first line an interpreter line", observe_sbatch_requests,
          sbatch_judge({"interpreter"}), draw=draw_requests),
@@ -304,6 +424,8 @@ HIDDEN["sbatch_for"] = [
          sbatch_judge({"launch"}), draw=draw_requests),
     Case("each node's torchrun its own node rank, expanded by each task's shell, not once by the batch shell",
          observe_sbatch_requests, sbatch_judge({"ranks"}), draw=draw_requests),
+    Case("submitted to a 2-node Slurm cluster: one process per GPU runs the command, one Lightning job "
+         "(judged on the text where no cluster is up)", observe_sbatch_requests, judge_by_running, draw=draw_run),
 ]
 
 PUBLIC_RANKS = "every task of a 2-node × 4-GPU job, an interactive shell, no SLURM at all"
@@ -327,10 +449,10 @@ CLAUSES = {
         "#SBATCH options (long, --opt value, short forms) before the first command": [PUBLIC_SBATCH, _S[1]],
         "--nodes is nodes (Trainer(num_nodes=nodes))": [PUBLIC_SBATCH, _S[1]],
         "GPUs requested per node with --gres=gpu:N or --gpus-per-node=N": [PUBLIC_SBATCH, _S[3]],
-        "the command launched by srun, exactly as given": [PUBLIC_SBATCH, _S[4]],
+        "the command launched by srun, exactly as given": [PUBLIC_SBATCH, _S[4], _S[6]],
         "one task per GPU that runs it (Trainer(devices=gpus_per_node))": [PUBLIC_SBATCH, _S[2]],
         "or one torchrun task per node that starts one worker per GPU": [_S[2], _S[4]],
         "several nodes under torchrun: each node's torchrun knows its own node (as the shells would expand it)":
-            [PUBLIC_SBATCH, _S[5]],
+            [PUBLIC_SBATCH, _S[5], _S[6]],
     },
 }

@@ -10,7 +10,7 @@ import math
 from gpucourse.checks import Case
 from gpucourse.checks.values import describe, rebuild
 
-from autograders.differential import call, judge_calls, shown
+from autograders.differential import call, judge_calls, must_raise, shown, unreported
 
 # --- fit_alpha_beta ------------------------------------------------------------------------------------
 
@@ -160,17 +160,15 @@ def judge_fit_calls(observed, calls):
     for spec, got in zip(calls, observed):
         sizes, seconds = rebuild(spec["args"])
         where = _fit_where(spec)
-        if not isinstance(got, dict) or ("returned" in got) == ("raised" in got):
-            return f"{where}: no outcome was reported"
+        if found := unreported(got, where):
+            return found
         try:
             alpha, beta = reference_fit(sizes, seconds)
         except ValueError:
             if "returned" in got and _within_rounding_of_zero_slope(sizes, seconds, rebuild(got["returned"])):
                 continue
-            if "raised" not in got:
-                return f"{where} returned a value; it must raise ValueError"
-            if "ValueError" not in got["raised"]:
-                return f"{where} raised {got['raised'][0]}; it must raise ValueError"
+            if found := must_raise(got, "ValueError", where):
+                return found
             continue
         if "raised" in got:
             return f"{where} raised {got['raised'][0]}"

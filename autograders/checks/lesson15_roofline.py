@@ -14,7 +14,7 @@ import numpy as np
 from gpucourse.checks import Case
 from gpucourse.checks.values import rebuild
 
-from autograders.differential import call, shown
+from autograders.differential import call, must_raise, shown, unreported
 
 # --- arithmetic_intensity ------------------------------------------------------------------------
 
@@ -179,15 +179,13 @@ def judge_intensity_calls(observed, calls):
         return f"{len(observed) if isinstance(observed, list) else 'no'} outcomes for {len(calls)} calls"
     for spec, got in zip(calls, observed):
         where = shown(spec, "arithmetic_intensity")
-        if not isinstance(got, dict) or ("returned" in got) == ("raised" in got):
-            return f"{where}: no outcome was reported"
+        if found := unreported(got, where):
+            return found
         try:
             want = reference_intensity(*rebuild(spec["args"]))
         except ValueError:
-            if "raised" not in got:
-                return f"{where} returned a value; it must raise ValueError"
-            if "ValueError" not in got["raised"]:
-                return f"{where} raised {got['raised'][0]}; it must raise ValueError"
+            if found := must_raise(got, "ValueError", where):
+                return found
             continue
         if "raised" in got:
             return f"{where} raised {got['raised'][0]}"
@@ -304,16 +302,12 @@ def observe_roof_calls(ns, calls):
 
 def _roof_verdict(name, spec, got, reference):
     where = shown(spec, name)
-    if not isinstance(got, dict) or ("returned" in got) == ("raised" in got):
-        return f"{where}: no outcome was reported"
+    if found := unreported(got, where):
+        return found
     try:
         want = reference(*rebuild(spec["args"]))
     except ValueError:
-        if "raised" not in got:
-            return f"{where} returned a value; it must raise ValueError"
-        if "ValueError" not in got["raised"]:
-            return f"{where} raised {got['raised'][0]}; it must raise ValueError"
-        return None
+        return must_raise(got, "ValueError", where)
     if "raised" in got:
         return f"{where} raised {got['raised'][0]}"
     value = rebuild(got["returned"])

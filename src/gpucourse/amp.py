@@ -336,9 +336,20 @@ class Recipe:
 
 
 def recipes(amp_dtype: torch.dtype) -> list[Recipe]:
-    """Lesson 4's four recipes with autocast to ``amp_dtype``: float32, TF32, AMP, AMP + channels_last."""
+    """Lesson 4's four recipes with autocast to ``amp_dtype``: float32, TF32, AMP, AMP + channels_last.
+
+    On a CUDA GPU without TF32 (before compute capability 8.0: a T4) the second is float32 again,
+    labelled so, since TF32 does not exist there; the list keeps its order and length."""
     short = str(amp_dtype).removeprefix("torch.")
-    return [Recipe("float32"), Recipe("TF32", tf32=True), Recipe(f"AMP {short}", amp_dtype),
+    tf32 = Recipe("TF32", tf32=True)
+    if torch.cuda.is_available():
+        try:  # the capability asked directly: an older torch lacks is_tf32_supported
+            major, minor = torch.cuda.get_device_capability()
+        except RuntimeError:  # NVML sees a GPU that CUDA cannot start (a driver too old): no CUDA recipe runs
+            major, minor = 8, 0
+        if major < 8:
+            tf32 = Recipe(f"float32 (no TF32 on compute capability {major}.{minor})")
+    return [Recipe("float32"), tf32, Recipe(f"AMP {short}", amp_dtype),
             Recipe(f"AMP {short} + channels_last", amp_dtype, channels_last=True)]
 
 
@@ -566,15 +577,22 @@ def reference_step_ms(reference, batch: int, image_size: int, what: str = "resne
     return found
 
 
+# The reference's CUDA-graph rows kept cuDNN's default TF32 convolutions: not lesson 4's float32 recipe.
+GRAPH_SETTINGS = (("fp32 cudnn-tf32", "float32 weights, TF32 convolutions"), ("amp bf16", "AMP bfloat16"),
+                  (" channels_last", " + channels_last"))
+
+
 def reference_cuda_graph_ms(reference) -> dict[str, dict[str, float]]:
-    """The reference's eager and CUDA-graph ms per step, grouped for :func:`cuda_graph_figure`."""
+    """The reference's eager and CUDA-graph ms per step, grouped for :func:`cuda_graph_figure` (empty
+    where the reference has none: ``reference.missing("resnet18_cuda_graph_ms")`` says so)."""
     grouped: dict[str, dict[str, float]] = {}
     for label, value in reference.values("resnet18_cuda_graph_ms").items():
         for mode in ("eager", "cuda graph"):
             if label.endswith(" " + mode):
-                setting = label[: -len(mode) - 1].replace("fp32", "float32").replace("amp bf16", "AMP bfloat16")
-                grouped.setdefault(setting.replace(" channels_last", " + channels_last"), {})[
-                    "eager" if mode == "eager" else "CUDA graph"] = value
+                setting = label[: -len(mode) - 1]
+                for old, new in GRAPH_SETTINGS:
+                    setting = setting.replace(old, new)
+                grouped.setdefault(setting, {})["eager" if mode == "eager" else "CUDA graph"] = value
     return grouped
 
 

@@ -106,8 +106,12 @@ def lesson07(quick: bool, budget: Budget) -> dict:
 
     steps, per_rank, hidden = (8, 16, 32) if quick else (60, 256, 1024)
     plan = {"cpu": [1, 2]}
-    if torch.cuda.device_count() >= 2:
-        plan["cuda"] = [1, torch.cuda.device_count()]
+    gpus = torch.cuda.device_count()  # NVML's count: with MIG, boards rather than the slices CUDA can use
+    if gpus >= 2:
+        torch.cuda.init()  # after initialization torch counts what CUDA can use (the runs are torchrun processes)
+        gpus = torch.cuda.device_count()
+    if gpus >= 2:
+        plan["cuda"] = [1, gpus]
     comparisons = {}
     for device, counts in plan.items():
         for nproc in counts:

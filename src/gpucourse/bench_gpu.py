@@ -1,121 +1,373 @@
 """`make bench-gpu`: a new GPU reference, measured on this machine in a few minutes.
 
 Writes one JSON file in the schema of ``gpucourse.reference`` (``validate()`` passes; status
-"measured, not estimated"; device, versions, date and commit read from this machine), with the
-measurements lessons 2-5 and 11 plot beside a learner's own, under the names the shipped H100 file
-uses where the quantity is the same, so a lesson can read either file:
+"measured, not estimated"; device, capability, versions, date and commit read from this machine):
+every measurement of ``gpucourse.reference.MEASUREMENTS``, under its declared labels, so that what
+this command writes is exactly what the lessons read. A label it cannot measure here is left out of
+``values`` and listed under ``absent`` with the reason, never written as zero; a run that leaves a
+declared label neither measured nor explained refuses to write.
 
-- ``matmul_tflops``: square matmul, float32 / TF32 / float16 / bfloat16 at 8192 (aligned), 8191 and 8200;
-- ``resnet18_step_ms`` and ``resnet18_peak_mib``: one ResNet-18 training step (SGD momentum), float32,
-  TF32, AMP float16 and AMP bfloat16, each with and without channels_last, batch 128 at 32x32 pixels
-  (launch-bound) and at 224x224 (compute-bound);
-- ``h2d_gbps``: host-to-GPU copies of 256 MiB, pageable and pinned;
-- ``copy_compute_overlap_ms``: a pinned copy and a matmul, serial on one stream and with the copy on a side stream;
-- ``sync_loop_ms``: the launch-bound step with ``loss.item()`` every step, and without any synchronization;
-- ``resnet18_cuda_graph_ms``: the launch-bound step, eager and captured whole in one CUDA graph.
+Each entry carries its recipe (:data:`RECIPES`): TF32 for matmuls and for cuDNN, memory layout,
+when the peak was reset, and how host buffers were made (every pageable buffer is written before it
+is copied: an untouched buffer's pages do not exist yet). Capability gate: before compute capability
+8.0 (T4, V100) there is no TF32 (its rows are absent) and bfloat16 is emulated (its labels end in
+" emulated").
 
-    python -m gpucourse.bench_gpu [--out FILE]
+    python -m gpucourse.bench_gpu [--out FILE] [--quick]
 
-Every time is the median of ``torch.utils.benchmark`` (``blocked_autorange``) with a synchronize inside
-the timed statement. Without CUDA it refuses. ``--device cpu --tiny`` exists for the test suite only: every
-part at tiny sizes, what a CPU cannot measure (TF32, pinned copies, streams, CUDA graphs, GPU memory) left
-out of ``values`` and listed under ``absent`` with the reason, never written as zero.
+``--quick`` keeps the sizes and labels and shortens the timing (``make test-gpu``). Every time is the
+median of ``torch.utils.benchmark`` (``blocked_autorange``) with a synchronize inside the timed
+statement unless the entry's method says otherwise. Without CUDA it refuses. ``--device cpu --tiny``
+exists for the test suite only: every part at tiny sizes, status "test fixture", never a reference.
+:func:`fixture` writes a file with every declared label and made-up numbers, for tests of the lessons.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
+import gc
+import importlib.util
+import json
 import os
 import platform
 import re
 import subprocess
 import sys
+import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable
 
 import torch
 
 from gpucourse import reference
+from gpucourse.reference import GRAPH_RECIPES, MEASUREMENTS
 
 
 @dataclass(frozen=True)
 class Sizes:
     matmul: tuple[int, ...]
+    by_size_gpu: tuple[int, ...]  # lesson 2's float32 products on the GPU
+    by_size_cpu: tuple[int, ...]  # ... and on one CPU thread
+    timing_n: int  # lesson 2: one product timed four ways
+    streams: tuple[int, int]  # lesson 2: (n, batches)
+    scaled_add_n: int
+    alignment_base: int
     resnet: tuple[tuple[int, int], ...]  # (batch, pixels): launch-bound first
+    graph_batches: tuple[int, ...]
+    bench_peak_batch: int  # lesson 12's step
+    saved_batch: int  # lesson 4's bytes saved for backward
     copy_mib: int
+    big_copy_mib: int
+    side_stream: tuple[int, int, int]  # lesson 5: (MiB per copy, copies, matmul size)
+    conv: tuple[int, int, int]  # lesson 5: (batch, channels, pixels)
     overlap_matmul: int
     loop_steps: int
+    primes: tuple[int, int, tuple[int, ...]]  # lesson 1: (count_primes argument, tasks, worker counts)
     min_run_time: float
     warmup: int
 
 
-FULL = Sizes(matmul=(8192, 8191, 8200), resnet=((128, 32), (128, 224)), copy_mib=256, overlap_matmul=8192,
-             loop_steps=20, min_run_time=0.4, warmup=3)
-TINY = Sizes(matmul=(64, 63, 72), resnet=((2, 32), (2, 48)), copy_mib=1, overlap_matmul=64,
-             loop_steps=2, min_run_time=0.01, warmup=1)
+FULL = Sizes(matmul=reference.MATMUL_SIZES, by_size_gpu=(128, 256, 4096), by_size_cpu=(128, 256), timing_n=4096,
+             streams=(1024, 8), scaled_add_n=1 << 20, alignment_base=4096, resnet=reference.RESNET_SIZES,
+             graph_batches=(128, 512), bench_peak_batch=128, saved_batch=8, copy_mib=256, big_copy_mib=1024,
+             side_stream=(64, 8, 2048), conv=(64, 128, 56), overlap_matmul=8192, loop_steps=20,
+             primes=(150_000, 32, reference.LESSON01_WORKERS), min_run_time=0.4, warmup=3)
+QUICK = replace(FULL, min_run_time=0.05, warmup=1, loop_steps=5)  # the same labels, shorter timing
+TINY = Sizes(matmul=(64, 63, 72), by_size_gpu=(16, 32), by_size_cpu=(16, 32), timing_n=32, streams=(32, 2),
+             scaled_add_n=1 << 10, alignment_base=32, resnet=((2, 32), (2, 48)), graph_batches=(2,), bench_peak_batch=2,
+             saved_batch=2, copy_mib=1, big_copy_mib=2, side_stream=(1, 2, 32), conv=(2, 8, 8), overlap_matmul=64,
+             loop_steps=2, primes=(2_000, 4, (1, 2)), min_run_time=0.01, warmup=1)
 MATMUL_DTYPES = {"float32": (torch.float32, False), "tf32": (torch.float32, True),
                  "float16": (torch.float16, False), "bfloat16": (torch.bfloat16, False)}
-RECIPES = {"fp32": (None, False), "tf32": (None, True), "amp fp16": (torch.float16, False),
-           "amp bf16": (torch.bfloat16, False)}  # each also run with channels_last
+STEP_RECIPES = {"fp32": (None, False), "tf32": (None, True), "amp fp16": (torch.float16, False),
+                "amp bf16": (torch.bfloat16, False)}  # each also run with channels_last
+SOURCE = "make bench-gpu (gpucourse.bench_gpu)"
+OFF = "off"
+NA = "not used"
+ROWS_TF32 = "on in the 'tf32' rows only (matmul and cuDNN fp32_precision \"tf32\"), off (\"ieee\") in every other row"
+PER_LABEL = "channels_last (model and batch) in the rows labelled channels_last, contiguous NCHW in the others"
+FILLED = "written (torch.randn or fill_) before the timing, so every page exists"
+
+
+def _recipe(matmul=NA, cudnn=NA, layout="contiguous", peak="no peak measured", **more) -> dict[str, str]:
+    return {"matmul_tf32": matmul, "cudnn_tf32": cudnn, "memory_format": layout, "peak_reset": peak, **more}
+
+
+# How this command runs each measurement: written into every entry (gpucourse.reference.RECIPE_KEYS).
+RECIPES: dict[str, dict[str, str]] = {
+    "matmul_tflops": _recipe("on in the 'tf32' rows only (fp32_precision \"tf32\"), off (\"ieee\") in the others",
+                             layout="contiguous n x n"),
+    "h2d_gbps": _recipe(layout="contiguous 1-D buffers", host_buffer=FILLED),
+    "resnet18_step_ms": _recipe(ROWS_TF32, ROWS_TF32, PER_LABEL, "no peak in this entry (see resnet18_peak_mib)"),
+    "resnet18_peak_mib": _recipe(ROWS_TF32, ROWS_TF32, PER_LABEL,
+                                 "reset after the warm-up steps, each recipe in a fresh model with every earlier part freed "
+                                 "(the peak counts the model, its optimizer state, the batch and the step)"),
+    "resnet18_cuda_graph_ms": _recipe(OFF, "on in every row (PyTorch's default): 'fp32 cudnn-tf32' is float32 weights with "
+                                      "TF32 convolutions", PER_LABEL),
+    "copy_compute_overlap_ms": _recipe(OFF, layout="contiguous", host_buffer="pinned, " + FILLED),
+    "sync_loop_ms": _recipe(OFF, OFF, "contiguous NCHW"),
+    "resnet18_bench_peak_mib": _recipe(OFF, "on (PyTorch's default)", "contiguous NCHW",
+                                       "reset once the model and the batch were on the GPU, before the warm-up and the timed "
+                                       "steps (plain SGD: no optimizer state; cuDNN benchmark mode off)"),
+    "lesson01_count_primes_speedup": _recipe(layout="not a tensor measurement (Python processes and threads)"),
+    "lesson02_matmul_tflops": _recipe(OFF + " (PyTorch's default)"),
+    "lesson02_timing_ms": _recipe(OFF + " (PyTorch's default)"),
+    "lesson02_streams_ms": _recipe(OFF + " (PyTorch's default)", host_buffer="pinned, " + FILLED),
+    "lesson02_scaled_add_ms": _recipe(),
+    "lesson03_alignment_tflops": _recipe("not used (float16)"),
+    "lesson04_saved_mib": _recipe(OFF + "; bytes do not depend on it", "on (PyTorch's default); bytes do not depend on it",
+                                  peak="no peak: bytes of the tensors saved for backward (saved_tensors_hooks)"),
+    "lesson05_side_stream_ms": _recipe(OFF + " (PyTorch's default)", host_buffer=FILLED),
+    "lesson05_conv_ms": _recipe(cudnn="not used (float16)", layout="NCHW (contiguous) or channels_last, as labelled"),
+    "lesson11_gpu_profile_us": _recipe(OFF + " (PyTorch's default)"),
+}
+WHAT: dict[str, str] = {
+    "matmul_tflops": "square matmul n x n, TFLOP/s (2 n^3 / time); tf32 = float32 with allow_tf32",
+    "h2d_gbps": "host-to-GPU copy bandwidth (256 MiB; 'pinned 1GiB': 1 GiB)",
+    "resnet18_step_ms": "torchvision ResNet-18 training step (forward, backward, SGD momentum), label 'b<batch> <size>px <recipe>'",
+    "resnet18_peak_mib": "peak GPU memory of that step (torch.cuda.max_memory_allocated)",
+    "resnet18_cuda_graph_ms": "ResNet-18 training step at 32x32 (SGD momentum), eager vs captured whole in one CUDA graph",
+    "copy_compute_overlap_ms": "a pinned 256 MiB host-to-GPU copy and a float32 8192x8192 matmul",
+    "sync_loop_ms": "ResNet-18 training step in a loop, ms per step, loss.item() every step vs never",
+    "resnet18_bench_peak_mib": "peak GPU memory of a ResNet-18 training step (batch 128 of 32x32, plain SGD) as lesson 12 predicts it",
+    "lesson01_count_primes_speedup": "lesson 1's count_primes(150,000) x 32 tasks on this machine's CPU cores: speedup over serial "
+                                     "(pool start-up included)",
+    "lesson02_matmul_tflops": "float32 square matmul n x n, TF32 off: 'GPU float32 <n>' on the GPU, 'CPU float32 <n>' on one CPU "
+                              "thread of the same machine",
+    "lesson02_timing_ms": "one float32 4096 x 4096 matmul timed four ways: a host clock without synchronizing ('naive'), a host "
+                          "clock with a synchronize ('your measure', the lesson's solution), CUDA events, torch.utils.benchmark",
+    "lesson02_streams_ms": "8 pinned 1024 x 1024 float32 batches copied to the GPU then multiplied: one stream with blocking "
+                           "copies vs a copy stream + events",
+    "lesson02_scaled_add_ms": "out = 2.0 * x + y on 2^20 float32: the lesson's compiled Triton kernel (block 1024) vs torch",
+    "lesson03_alignment_tflops": "float16 square matmul n x n around 4096 (4096 and 4104 are multiples of 8)",
+    "lesson04_saved_mib": "bytes one forward pass of ResNet-18 (batch 8, 32x32) keeps for backward: activations, and "
+                          "autocast's float16 weight copies",
+    "lesson05_side_stream_ms": "8 host-to-GPU copies of 64 MiB issued on a side stream next to 8 float32 2048x2048 matmuls "
+                               "(and a division) on the default stream, one pipeline",
+    "lesson05_conv_ms": "3x3 convolution, batch 64, 128 channels, 56x56, float16, forward only, NCHW vs channels_last",
+    "lesson11_gpu_profile_us": "lesson 11's tiny regression model (32-64-1, batch 8) trained for 3 profiled steps with "
+                               "loss.item() in each: the profiler's self CPU and self CUDA time totals",
+}
 
 
 class Bench:
-    """The measurements so far, what could not be measured and why, and the progress line."""
+    """The measurements so far, what could not be measured and why, and the capability gate."""
 
-    def __init__(self, device: str, sizes: Sizes):
-        self.device, self.sizes, self.cuda = device, sizes, device == "cuda"
+    def __init__(self, device: str, sizes: Sizes, mode: str = "full"):
+        self.device, self.sizes, self.cuda, self.mode = device, sizes, device == "cuda", mode
+        self.tiny = mode == "tiny"
         self.measurements: dict[str, dict] = {}
         self.absent: dict[str, dict[str, str]] = {}
+        self.capability = torch.cuda.get_device_capability(0) if self.cuda else None
+        # Before sm 80 there are no TF32 Tensor Cores (allow_tf32 runs float32) and bfloat16 is emulated.
+        self.has_tf32 = bool(self.capability and self.capability >= (8, 0))
+        self.bf16_native = self.has_tf32
 
     def seconds(self, fn: Callable[[], object]) -> float:
         """Median seconds per call of ``fn``, synchronized so that GPU work is inside the time."""
         from torch.utils import benchmark
 
-        sync = torch.cuda.synchronize if self.cuda else (lambda: None)
+        wait = torch.cuda.synchronize if self.cuda else (lambda: None)
 
         def run():
             fn()
-            sync()
+            wait()
 
         for _ in range(self.sizes.warmup):
             run()
         timer = benchmark.Timer("run()", globals={"run": run})
         return timer.blocked_autorange(min_run_time=self.sizes.min_run_time).median
 
-    def put(self, name: str, label: str, value: float, what: str, unit: str, method: str) -> None:
-        entry = self.measurements.setdefault(name, {"what": what, "unit": unit, "method": method,
-                                                    "source": "make bench-gpu (gpucourse.bench_gpu)", "values": {}})
-        entry["values"][label] = round(float(value), 3)
+    def label(self, label: str, dtype: torch.dtype | None) -> str:
+        """``label``, marked emulated where bfloat16 ran without bfloat16 hardware."""
+        return label + reference.EMULATED if dtype == torch.bfloat16 and self.cuda and not self.bf16_native else label
+
+    def put(self, name: str, label: str, value: float, method: str = "torch.utils.benchmark median") -> None:
+        entry = self.measurements.setdefault(name, {"what": WHAT[name], "unit": MEASUREMENTS[name].unit, "method": method,
+                                                    "source": SOURCE, "recipe": RECIPES[name], "values": {}})
+        entry["values"][label] = round(float(value), 4)
 
     def skip(self, name: str, label: str, why: str) -> None:
         self.absent.setdefault(name, {})[label] = why
 
+    def skip_all(self, name: str, labels, why: str) -> None:
+        for label in labels:
+            self.skip(name, label, why)
 
-def tf32(enabled: bool) -> None:
-    torch.backends.cuda.matmul.allow_tf32 = enabled
-    torch.backends.cudnn.allow_tf32 = enabled
+    def no_tf32(self, name: str, label: str) -> bool:
+        """True (and the label recorded absent) where TF32 does not exist here."""
+        if self.has_tf32:
+            return False
+        where = "no CPU has it" if not self.cuda else f"this GPU is sm {self.capability[0]}{self.capability[1]}"
+        self.skip(name, label, f"TF32 needs compute capability 8.0 or later: {where}, where allow_tf32 runs plain float32")
+        return True
+
+
+@contextlib.contextmanager
+def tf32(matmul: bool, cudnn: bool):
+    """TF32 for matmuls and for cuDNN convolutions, set for a block and restored after it. Through the
+    per-backend ``fp32_precision`` switches where torch has them (2.9+: mixing them with the legacy
+    ``allow_tf32`` makes torch refuse to read either), else ``allow_tf32``."""
+    owners = (torch.backends.cuda.matmul, getattr(torch.backends.cudnn, "conv", None))
+    if all(hasattr(o, "fp32_precision") for o in owners):
+        saved = tuple(o.fp32_precision for o in owners)
+        for owner, on in zip(owners, (matmul, cudnn)):
+            owner.fp32_precision = "tf32" if on else "ieee"
+        try:
+            yield
+        finally:
+            for owner, value in zip(owners, saved):
+                owner.fp32_precision = value
+        return
+    saved = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = matmul, cudnn
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
+
+
+def free(b: Bench) -> None:
+    """Free what earlier parts left, so that a peak counts only its own step."""
+    gc.collect()
+    if b.cuda:
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
 
 
 def matmul(b: Bench) -> None:
     for label, (dtype, use_tf32) in MATMUL_DTYPES.items():
         for n in b.sizes.matmul:
-            if use_tf32 and not b.cuda:
-                b.skip("matmul_tflops", f"{label} {n}", "TF32 is an NVIDIA Tensor Core format: no CPU has it")
+            name = b.label(f"{label} {n}", dtype)
+            if use_tf32 and b.no_tf32("matmul_tflops", name):
                 continue
-            tf32(use_tf32)
             x = torch.randn(n, n, device=b.device, dtype=dtype)
             y = torch.randn(n, n, device=b.device, dtype=dtype)
-            b.put("matmul_tflops", f"{label} {n}", 2 * n**3 / b.seconds(lambda: x @ y) / 1e12,
-                  "square matmul n x n, TFLOP/s (2 n^3 / time); tf32 = float32 with allow_tf32", "TFLOP/s",
-                  "torch.utils.benchmark median")
-    tf32(False)
+            with tf32(use_tf32, False):
+                b.put("matmul_tflops", name, 2 * n**3 / b.seconds(lambda: x @ y) / 1e12)
 
 
-def resnet_step(b: Bench, batch: int, pixels: int, amp: torch.dtype | None, channels_last: bool):
-    """A ResNet-18 training step (SGD momentum, as in the H100 probe) and its model, on ``b.device``."""
+def lesson02(b: Bench) -> None:
+    """Lesson 2: float32 products by size (GPU, and one CPU thread), one product timed four ways, streams."""
+    from gpucourse import cuda as C
+
+    with tf32(False, False):
+        with _one_thread():
+            for n in b.sizes.by_size_cpu:
+                x, y = torch.randn(n, n), torch.randn(n, n)
+                b.put("lesson02_matmul_tflops", f"CPU float32 {n}", 2 * n**3 / Bench("cpu", b.sizes).seconds(lambda: x @ y) / 1e12)
+        n = b.sizes.timing_n
+        timing = ("naive", "your measure", "CUDA events", "torch.utils.benchmark")
+        if not b.cuda:
+            b.skip_all("lesson02_matmul_tflops", [f"GPU float32 {n}" for n in b.sizes.by_size_gpu], "needs a GPU")
+            b.skip_all("lesson02_timing_ms", timing, "the four clocks differ only on a GPU")
+            b.skip_all("lesson02_streams_ms", ("one stream", "copy stream + events"), "CUDA streams need a GPU")
+            return
+        for size in b.sizes.by_size_gpu:
+            x, y = torch.randn(size, size, device="cuda"), torch.randn(size, size, device="cuda")
+            b.put("lesson02_matmul_tflops", f"GPU float32 {size}", 2 * size**3 / b.seconds(lambda: x @ y) / 1e12)
+        a = torch.randn(n, n, device="cuda")
+
+        def synchronized(repeats: int = 10) -> float:  # what the lesson's exercise builds: a host clock, synchronized
+            for _ in range(b.sizes.warmup):
+                a @ a
+            torch.cuda.synchronize()
+            start = time.perf_counter()
+            for _ in range(repeats):
+                a @ a
+            torch.cuda.synchronize()
+            return (time.perf_counter() - start) / repeats
+
+        b.put("lesson02_timing_ms", "naive", 1000 * C.naive_seconds(lambda: a @ a), "host clock, no synchronize, 5 calls")
+        b.put("lesson02_timing_ms", "your measure", 1000 * synchronized(), "host clock around 10 calls and a synchronize")
+        b.put("lesson02_timing_ms", "CUDA events", C.cuda_event_ms(lambda: a @ a), "median of 20 CUDA-event pairs")
+        b.put("lesson02_timing_ms", "torch.utils.benchmark", 1000 * b.seconds(lambda: a @ a))
+        size, batches = b.sizes.streams
+        host = [torch.randn(size, size).pin_memory() for _ in range(batches)]
+        w = torch.randn(size, size, device="cuda")
+        copy_stream = torch.cuda.Stream()
+
+        def serial():
+            for h in host:
+                torch.relu(h.to("cuda") @ w)
+
+        def overlapped():
+            compute = torch.cuda.current_stream()
+            for h in host:
+                with torch.cuda.stream(copy_stream):
+                    x = h.to("cuda", non_blocking=True)
+                    copied = torch.cuda.Event()
+                    copied.record(copy_stream)
+                compute.wait_event(copied)
+                x.record_stream(compute)
+                torch.relu(x @ w)
+
+        for label, fn in (("one stream", serial), ("copy stream + events", overlapped)):
+            b.put("lesson02_streams_ms", label, 1000 * b.seconds(fn))
+
+
+@contextlib.contextmanager
+def _one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+
+
+def lesson_kernel(path: Path | None = None):
+    """Lesson 2's ``scaled_add`` (solutions notebook, cell ``triton-08``) as an importable module: Triton
+    compiles a kernel from its source file. None where this checkout has no solutions."""
+    path = path or Path(__file__).resolve().parents[2] / "solutions" / "lesson02_cpu_gpu_cuda" / "cpu_gpu_cuda.ipynb"
+    if not path.exists():
+        return None
+    cell = next((c for c in json.loads(path.read_text())["cells"] if c.get("id") == "triton-08"), None)
+    if cell is None:
+        return None
+    module_path = Path(tempfile.mkdtemp()) / "lesson02_scaled_add.py"
+    module_path.write_text("".join(cell["source"]))
+    spec = importlib.util.spec_from_file_location("lesson02_scaled_add", module_path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.scaled_add
+
+
+def scaled_add(b: Bench) -> None:
+    n = b.sizes.scaled_add_n
+    x, y = torch.randn(n, device=b.device), torch.randn(n, device=b.device)
+    out = torch.empty_like(x)
+    b.put("lesson02_scaled_add_ms", "torch 2.0 * x + y", 1000 * b.seconds(lambda: 2.0 * x + y))
+    label = "Triton scaled_add (fused)"
+    if not b.cuda:
+        return b.skip("lesson02_scaled_add_ms", label, "a compiled Triton kernel needs a GPU")
+    try:
+        kernel = lesson_kernel()
+    except ImportError as error:
+        return b.skip("lesson02_scaled_add_ms", label, f"Triton is not importable here: {error}")
+    if kernel is None:
+        return b.skip("lesson02_scaled_add_ms", label, "the lesson's kernel (solutions/) is not in this checkout")
+    kernel(x, y, 2.0, out, block_size=1024)  # the first launch compiles
+    if not torch.allclose(out, 2.0 * x + y):
+        raise RuntimeError("lesson 2's scaled_add kernel does not compute 2.0 * x + y: nothing to time")
+    b.put("lesson02_scaled_add_ms", label, 1000 * b.seconds(lambda: kernel(x, y, 2.0, out, block_size=1024)))
+
+
+def alignment(b: Bench) -> None:
+    from gpucourse import tensor_cores as T
+
+    base = b.sizes.alignment_base
+    dtype = torch.float16 if b.cuda else torch.float32  # a CPU's float16 products are not what lesson 3 shows
+    for n, tflops in T.alignment_benchmark(base, dtype, b.device, min_seconds=b.sizes.min_run_time).items():
+        b.put("lesson03_alignment_tflops", f"float16 {n}" if b.cuda else f"float32 {n}", tflops)
+
+
+def resnet_step(b: Bench, batch: int, pixels: int, amp: torch.dtype | None, channels_last: bool, momentum: float = 0.9):
+    """A ResNet-18 training step (SGD, as in the H100 probe) and its model, on ``b.device``."""
     import torchvision
 
     torch.manual_seed(0)
@@ -124,7 +376,7 @@ def resnet_step(b: Bench, batch: int, pixels: int, amp: torch.dtype | None, chan
     y = torch.randint(0, 10, (batch,), device=b.device)
     if channels_last:
         model, x = model.to(memory_format=torch.channels_last), x.to(memory_format=torch.channels_last)
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=momentum)
     scaler = torch.amp.GradScaler(b.device, enabled=b.cuda and amp == torch.float16)
 
     def step():
@@ -140,53 +392,130 @@ def resnet_step(b: Bench, batch: int, pixels: int, amp: torch.dtype | None, chan
 
 
 def resnet18(b: Bench) -> None:
-    if b.cuda:
-        torch.backends.cudnn.benchmark = True
+    torch.backends.cudnn.benchmark = b.cuda
     for batch, pixels in b.sizes.resnet:
-        for recipe, (amp, use_tf32) in RECIPES.items():
+        for recipe, (amp, use_tf32) in STEP_RECIPES.items():
             for channels_last in (False, True):
-                label = f"b{batch} {pixels}px {recipe}{' channels_last' if channels_last else ''}"
-                if use_tf32 and not b.cuda:
-                    for name in ("resnet18_step_ms", "resnet18_peak_mib"):
-                        b.skip(name, label, "TF32 is an NVIDIA Tensor Core format: no CPU has it")
+                label = b.label(f"b{batch} {pixels}px {recipe}{' channels_last' if channels_last else ''}", amp)
+                if use_tf32 and (b.no_tf32("resnet18_step_ms", label) | b.no_tf32("resnet18_peak_mib", label)):
                     continue
-                tf32(use_tf32)
-                step = resnet_step(b, batch, pixels, amp, channels_last)
-                if b.cuda:
-                    torch.cuda.synchronize()
-                    torch.cuda.reset_peak_memory_stats()
-                b.put("resnet18_step_ms", label, 1000 * b.seconds(step),
-                      "ResNet-18 training step (SGD momentum), batch and image size in the label", "ms",
-                      "torch.utils.benchmark median")
+                if amp == torch.float16 and not b.cuda:  # seconds per step on a CPU, and no lesson's recipe there
+                    b.skip_all("resnet18_step_ms", [label], "autocast float16 on a CPU is emulated: not a GPU recipe")
+                    b.skip_all("resnet18_peak_mib", [label], "peak memory is read from the CUDA caching allocator")
+                    continue
+                free(b)
+                with tf32(use_tf32, use_tf32):
+                    step = resnet_step(b, batch, pixels, amp, channels_last)
+                    for _ in range(b.sizes.warmup):  # cuDNN's autotuning happens here, outside the peak
+                        step()
+                    if b.cuda:
+                        torch.cuda.synchronize()
+                        torch.cuda.reset_peak_memory_stats()
+                    b.put("resnet18_step_ms", label, 1000 * b.seconds(step))
                 if b.cuda:
                     b.put("resnet18_peak_mib", label, torch.cuda.max_memory_allocated() / 2**20,
-                          "peak GPU memory allocated during the timed steps", "MiB", "torch.cuda.max_memory_allocated")
+                          "torch.cuda.max_memory_allocated")
                 else:
                     b.skip("resnet18_peak_mib", label, "peak memory is read from the CUDA caching allocator")
-    tf32(False)
+                del step
+    torch.backends.cudnn.benchmark = False
+
+
+def bench_peak(b: Bench) -> None:
+    """Lesson 12's measured peak: gpucourse.bench's step (plain SGD), the peak reset before warm-up."""
+    batch = b.sizes.bench_peak_batch
+    for label, amp in (("fp32", None), ("autocast fp16", torch.float16)):
+        name = f"b{batch} 32px {label}"
+        if not b.cuda:
+            b.skip("resnet18_bench_peak_mib", name, "peak memory is read from the CUDA caching allocator")
+            continue
+        free(b)
+        with tf32(False, True):
+            step = resnet_step(b, batch, 32, amp, False, momentum=0.0)
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+            b.seconds(step)
+        b.put("resnet18_bench_peak_mib", name, torch.cuda.max_memory_allocated() / 2**20, "torch.cuda.max_memory_allocated")
+        del step
+
+
+def saved_bytes(b: Bench) -> None:
+    import torchvision
+
+    from gpucourse import amp
+
+    batch = b.sizes.saved_batch
+    torch.manual_seed(0)
+    model = torchvision.models.resnet18(num_classes=10).to(b.device)
+    images = torch.randn(batch, 3, 32, 32, device=b.device)
+    low = torch.float16 if b.cuda else torch.bfloat16  # float16 autocast on a CPU is not lesson 4's recipe
+    low_name = "float16" if b.cuda else "bfloat16"
+    plain, mixed = amp.saved_activation_bytes(model, images), amp.saved_activation_bytes(model, images, low)
+    method = "gpucourse.amp.saved_activation_bytes (saved_tensors_hooks)"
+    b.put("lesson04_saved_mib", f"b{batch} 32px float32 activations", plain["activations"] / 2**20, method)
+    b.put("lesson04_saved_mib", f"b{batch} 32px autocast {low_name} activations", mixed["activations"] / 2**20, method)
+    b.put("lesson04_saved_mib", f"b{batch} 32px autocast {low_name} weight copies", mixed["weight_copies"] / 2**20, method)
+
+
+def host_buffer(mib: int, pinned: bool) -> torch.Tensor:
+    """A host buffer of ``mib`` MiB (uint8), written before any copy, as lesson 5's copies use it
+    (``gpucourse.transfer.filled_host``: an untouched pageable buffer's pages are made on first use)."""
+    from gpucourse.transfer import filled_host
+
+    return filled_host(mib, pinned)
 
 
 def copies(b: Bench) -> None:
+    labels = ("pageable", "pinned", "pinned 1GiB")
     if not b.cuda:
-        for label in ("pageable", "pinned"):
-            b.skip("h2d_gbps", label, "a host-to-GPU copy needs a GPU")
-        return
-    for pinned in (False, True):
-        host = torch.empty(b.sizes.copy_mib * 2**20 // 4, dtype=torch.float32, pin_memory=pinned)
+        return b.skip_all("h2d_gbps", labels, "a host-to-GPU copy needs a GPU")
+    for label, mib, pinned in (("pageable", b.sizes.copy_mib, False), ("pinned", b.sizes.copy_mib, True),
+                               ("pinned 1GiB", b.sizes.big_copy_mib, True)):
+        host = host_buffer(mib, pinned)
         device = torch.empty_like(host, device="cuda")
-        seconds = b.seconds(lambda: device.copy_(host, non_blocking=True))
-        b.put("h2d_gbps", "pinned" if pinned else "pageable", host.numel() * 4 / seconds / 1e9,
-              f"host-to-GPU copy bandwidth, {b.sizes.copy_mib} MiB", "GB/s", "torch.utils.benchmark median")
+        b.put("h2d_gbps", label, host.numel() / b.seconds(lambda: device.copy_(host, non_blocking=True)) / 1e9)
+    free(b)
+
+
+def lesson05(b: Bench) -> None:
+    """Lesson 5: copies on a side stream next to products (pageable vs pinned), and a float16 convolution
+    in both memory layouts."""
+    from gpucourse import transfer as X
+
+    mib, batches, size = b.sizes.side_stream
+    if not b.cuda:
+        b.skip_all("lesson05_side_stream_ms", ("pageable", "pinned"), "copies to a GPU need a GPU")
+        b.skip_all("lesson05_conv_ms", ("float16 NCHW", "float16 channels_last"), "float16 convolutions are a GPU's")
+        return
+    for label, pinned in (("pageable", False), ("pinned", True)):
+        hosts = [host_buffer(mib, pinned) for _ in range(batches)]
+        first = torch.randn(size, size, device="cuda")
+        copy_stream = torch.cuda.Stream()
+
+        def pipeline():
+            a = first
+            for host in hosts:
+                with torch.cuda.stream(copy_stream):
+                    host.to("cuda", non_blocking=pinned)
+                a = a @ a
+                a = a / a.norm()
+
+        with tf32(False, False):
+            b.put("lesson05_side_stream_ms", label, 1000 * b.seconds(pipeline))
+    batch, channels, pixels = b.sizes.conv
+    for label, channels_last in (("float16 NCHW", False), ("float16 channels_last", True)):
+        seconds = X.conv_seconds(channels_last, batch=batch, channels=channels, size=pixels, device="cuda",
+                                 dtype=torch.float16, min_seconds=b.sizes.min_run_time)
+        b.put("lesson05_conv_ms", label, 1000 * seconds, "gpucourse.transfer.conv_seconds")
+    free(b)
 
 
 def overlap(b: Bench) -> None:
     labels = ("copy only", "matmul only", "serial, one stream", "copy on a side stream")
     if not b.cuda:
-        for label in labels:
-            b.skip("copy_compute_overlap_ms", label, "copy/compute overlap needs CUDA streams")
-        return
+        return b.skip_all("copy_compute_overlap_ms", labels, "copy/compute overlap needs CUDA streams")
     n = b.sizes.overlap_matmul
-    host = torch.empty(b.sizes.copy_mib * 2**20 // 4, dtype=torch.float32, pin_memory=True)
+    host = host_buffer(b.sizes.copy_mib, True)
     target = torch.empty_like(host, device="cuda")
     x = torch.randn(n, n, device="cuda")
     side = torch.cuda.Stream()
@@ -203,75 +532,122 @@ def overlap(b: Bench) -> None:
         torch.cuda.current_stream().wait_stream(side)
 
     runs = (lambda: target.copy_(host, non_blocking=True), lambda: x @ x, serial, side_stream)
-    for label, fn in zip(labels, runs):
-        b.put("copy_compute_overlap_ms", label, 1000 * b.seconds(fn),
-              f"a pinned {b.sizes.copy_mib} MiB host-to-GPU copy and a float32 {n}x{n} matmul", "ms",
-              "torch.utils.benchmark median")
+    with tf32(False, False):
+        for label, fn in zip(labels, runs):
+            b.put("copy_compute_overlap_ms", label, 1000 * b.seconds(fn))
 
 
 def sync_loop(b: Bench) -> None:
     batch, pixels = b.sizes.resnet[0]
-    step = resnet_step(b, batch, pixels, None, False)
-    steps = b.sizes.loop_steps
+    with tf32(False, False):
+        step = resnet_step(b, batch, pixels, None, False)
+        steps = b.sizes.loop_steps
 
-    def every_step():
-        return [step().item() for _ in range(steps)]  # .item() waits for the GPU each time
+        def every_step():
+            return [step().item() for _ in range(steps)]  # .item() waits for the GPU each time
 
-    def no_sync():
-        return [step().detach() for _ in range(steps)]  # read later, once
+        def no_sync():
+            return [step().detach() for _ in range(steps)]  # read later, once
 
-    for label, fn in (("item every step", every_step), ("no sync", no_sync)):
-        b.put("sync_loop_ms", f"b{batch} {pixels}px fp32 {label}", 1000 * b.seconds(fn) / steps,
-              f"ResNet-18 training step in a loop of {steps}, ms per step", "ms", "torch.utils.benchmark median")
+        for label, fn in (("item every step", every_step), ("no sync", no_sync)):
+            b.put("sync_loop_ms", f"b{batch} {pixels}px fp32 {label}", 1000 * b.seconds(fn) / steps,
+                  f"torch.utils.benchmark median of a loop of {steps} steps, per step")
 
 
 def cuda_graph(b: Bench) -> None:
-    """The launch-bound step, eager and replayed from one CUDA graph (as probe_cuda_graphs.py did)."""
-    batch, pixels = b.sizes.resnet[0]
-    for recipe, amp, channels_last in (("fp32", None, False), ("amp bf16 channels_last", torch.bfloat16, True)):
-        base = f"b{batch} {pixels}px {recipe}"
-        if not b.cuda:
-            for mode in ("eager", "cuda graph"):
-                b.skip("resnet18_cuda_graph_ms", f"{base} {mode}", "CUDA graphs need CUDA")
-            continue
-        import torchvision
+    """The launch-bound step, eager and replayed from one CUDA graph (as probe_cuda_graphs.py did: cuDNN's
+    TF32 left on, PyTorch's default, so that a new file measures what the shipped one did)."""
+    for batch in b.sizes.graph_batches:
+        for recipe, amp, channels_last in ((GRAPH_RECIPES[0], None, False), (GRAPH_RECIPES[1], torch.bfloat16, True)):
+            base = f"b{batch} 32px {recipe}"
+            eager, graphed = b.label(f"{base} eager", amp), b.label(f"{base} cuda graph", amp)  # " emulated" last
+            if not b.cuda:
+                b.skip_all("resnet18_cuda_graph_ms", (eager, graphed), "CUDA graphs need CUDA")
+                continue
+            import torchvision
 
-        torch.manual_seed(0)
-        model = torchvision.models.resnet18(num_classes=10).cuda()
-        x = torch.randn(batch, 3, pixels, pixels, device="cuda")
-        y = torch.randint(0, 10, (batch,), device="cuda")
-        if channels_last:
-            model, x = model.to(memory_format=torch.channels_last), x.to(memory_format=torch.channels_last)
-        optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+            free(b)
+            with tf32(False, True):
+                torch.manual_seed(0)
+                model = torchvision.models.resnet18(num_classes=10).cuda()
+                x = torch.randn(batch, 3, 32, 32, device="cuda")
+                y = torch.randint(0, 10, (batch,), device="cuda")
+                if channels_last:
+                    model, x = model.to(memory_format=torch.channels_last), x.to(memory_format=torch.channels_last)
+                optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
 
-        def step():
-            optimizer.zero_grad(set_to_none=False)  # a graph replays into the same gradient buffers
-            with torch.autocast("cuda", dtype=amp or torch.float32, enabled=amp is not None, cache_enabled=False):
-                loss = torch.nn.functional.cross_entropy(model(x), y)
-            loss.backward()
-            optimizer.step()
-            return loss
+                def step():
+                    optimizer.zero_grad(set_to_none=False)  # a graph replays into the same gradient buffers
+                    with torch.autocast("cuda", dtype=amp or torch.float32, enabled=amp is not None, cache_enabled=False):
+                        loss = torch.nn.functional.cross_entropy(model(x), y)
+                    loss.backward()
+                    optimizer.step()
+                    return loss
 
-        warm = torch.cuda.Stream()  # capture needs warm-up iterations on a side stream
-        warm.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(warm):
-            for _ in range(3):
-                step()
-        torch.cuda.current_stream().wait_stream(warm)
-        b.put("resnet18_cuda_graph_ms", f"{base} eager", 1000 * b.seconds(step),
-              "ResNet-18 training step at 32x32, eager vs captured whole in one CUDA graph", "ms",
-              "torch.utils.benchmark median")
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            step()
-        b.put("resnet18_cuda_graph_ms", f"{base} cuda graph", 1000 * b.seconds(graph.replay),
-              "ResNet-18 training step at 32x32, eager vs captured whole in one CUDA graph", "ms",
-              "torch.utils.benchmark median")
+                warm = torch.cuda.Stream()  # capture needs warm-up iterations on a side stream
+                warm.wait_stream(torch.cuda.current_stream())
+                with torch.cuda.stream(warm):
+                    for _ in range(3):
+                        step()
+                torch.cuda.current_stream().wait_stream(warm)
+                b.put("resnet18_cuda_graph_ms", eager, 1000 * b.seconds(step))
+                graph = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(graph):
+                    step()
+                b.put("resnet18_cuda_graph_ms", graphed, 1000 * b.seconds(graph.replay))
+                del graph
+
+
+def profile(b: Bench) -> None:
+    """Lesson 11's profiled loop (tiny model, batch 8, loss.item() every step) and its table's totals."""
+    from torch.utils.data import DataLoader
+
+    from gpucourse import profiling as P
+
+    labels = ("self CPU time, 3 steps", "self CUDA time, 3 steps")
+    if not b.cuda:
+        return b.skip_all("lesson11_gpu_profile_us", labels, "the GPU's share of the loop needs a GPU")
+    torch.manual_seed(0)
+    net = P.tiny_model()
+    loader = DataLoader(P.SlowDataset(n=256, delay=0.0), batch_size=8, shuffle=True)
+    with tf32(False, False):
+        totals = P.profile_totals(P.profile_training(loader, net, torch.optim.SGD(net.parameters(), lr=0.05),
+                                                     device="cuda", sync=True))
+    for label in labels:
+        if label in totals:
+            b.put("lesson11_gpu_profile_us", label, totals[label], "torch.profiler key_averages totals (profiling.profile_totals)")
+        else:
+            b.skip("lesson11_gpu_profile_us", label, f"the profiler's table had no such total ({', '.join(totals)})")
+
+
+def lesson01(b: Bench) -> None:
+    """Lesson 1 on this machine's CPU cores (the reference's host). --quick: processes only, one run each."""
+    from gpucourse import parallel as P
+
+    n, tasks, workers = b.sizes.primes
+    if not b.tiny:  # as gpucourse.bench's lesson 1 part: up to the cores, and twice as many
+        cores = P.usable_cores()
+        workers = tuple(sorted({1, 2, 4, 8, cores, 2 * cores}))
+    quick = b.mode == "quick"
+    repeats = 1 if b.mode != "full" else 3
+    args = [n] * tasks
+    serial = P.time_run("serial", P.count_primes, args, 1, repeats)
+    for kind in ("threads", "processes"):
+        for count in workers:
+            if quick and kind == "threads":
+                b.skip("lesson01_count_primes_speedup", f"{kind} x{count}", "--quick measures processes only")
+                continue
+            b.put("lesson01_count_primes_speedup", f"{kind} x{count}",
+                  serial / P.time_run(kind, P.count_primes, args, count, repeats),
+                  f"best wall time of {repeats} run(s) per kind and worker count (gpucourse.parallel.time_run)")
 
 
 PARTS: list[tuple[str, Callable[[Bench], None]]] = [
-    ("matmul per dtype", matmul), ("ResNet-18 step", resnet18), ("host-to-GPU copies", copies),
-    ("copy/compute overlap", overlap), ("synchronizing loop", sync_loop), ("CUDA graph", cuda_graph)]
+    ("matmul per dtype", matmul), ("lesson 2: products, clocks, streams", lesson02), ("lesson 2: Triton scaled_add", scaled_add),
+    ("lesson 3: aligned sizes", alignment), ("ResNet-18 step", resnet18), ("lesson 12: ResNet-18 peak", bench_peak),
+    ("lesson 4: bytes saved for backward", saved_bytes), ("host-to-GPU copies", copies),
+    ("lesson 5: side stream, memory layout", lesson05), ("copy/compute overlap", overlap), ("synchronizing loop", sync_loop),
+    ("CUDA graph", cuda_graph), ("lesson 11: profiled loop", profile), ("lesson 1: CPU processes", lesson01)]
 
 
 def short_name(name: str) -> str:
@@ -289,8 +665,8 @@ def machine(device: str) -> tuple[dict, dict]:
                 "cpu_cores": os.cpu_count()}, software
     props = torch.cuda.get_device_properties(0)
     software.update(cuda=torch.version.cuda, cudnn=str(torch.backends.cudnn.version()))
-    found = {"kind": "cuda", "name": props.name, "short": short_name(props.name), "sms": props.multi_processor_count,
-             "memory_mib": props.total_memory // 2**20, "cpu_cores": os.cpu_count()}
+    found = {"kind": "cuda", "name": props.name, "short": short_name(props.name), "capability": f"{props.major}.{props.minor}",
+             "sms": props.multi_processor_count, "memory_mib": props.total_memory // 2**20, "cpu_cores": os.cpu_count()}
     try:
         found["driver"] = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
                                          capture_output=True, text=True, timeout=20).stdout.split()[0]
@@ -326,28 +702,82 @@ def progress(parts, device: str):
         bar.close()
 
 
-def run(device: str, tiny: bool) -> dict:
-    """Measure every part and return the reference's data (not yet written)."""
-    bench = Bench(device, TINY if tiny else FULL)
-    for fn in progress(PARTS, device):
+def unexplained(data: dict) -> list[str]:
+    """Declared labels a run neither measured nor listed absent with a reason (emulated labels count)."""
+    found = {name: set(m["values"]) | set(data.get("absent", {}).get(name, {})) for name, m in data["measurements"].items()}
+    for name, labels in data.get("absent", {}).items():
+        found.setdefault(name, set()).update(labels)
+    lacking = []
+    for name, declared in MEASUREMENTS.items():
+        have = {label.removesuffix(reference.EMULATED) for label in found.get(name, ())}
+        if declared.pattern:  # labels that depend on the machine (its cores): at least one, each of the schema
+            lacking += [] if have else [f"{name} (any label)"]
+            continue
+        lacking += [f"{name}[{label!r}]" for label in declared.labels if label not in have]
+    return lacking
+
+
+def header(device_block: dict, software: dict, status: str) -> dict:
+    return {"schema": reference.SCHEMA, "device": device_block, "software": software,
+            "date": datetime.datetime.now(datetime.timezone.utc).date().isoformat(), "commit": commit(), "status": status}
+
+
+MODES = {"full": FULL, "quick": QUICK, "tiny": TINY}
+
+
+def run(device: str, mode: str = "full", parts=None) -> dict:
+    """Measure every part (``mode``: full, quick or tiny) and return the reference's data (not yet written)."""
+    bench = Bench(device, MODES[mode], mode)
+    tiny = mode == "tiny"
+    for fn in progress(parts or PARTS, device):
         fn(bench)
+        free(bench)
     found, software = machine(device)
-    data = {"schema": reference.SCHEMA, "device": found, "software": software,
-            "date": datetime.datetime.now(datetime.timezone.utc).date().isoformat(), "commit": commit(),
-            "status": reference.STATUS, "measurements": bench.measurements}
+    data = header(found, software, reference.FIXTURE_STATUS if tiny else reference.STATUS)
+    data.update(measurements=bench.measurements, run=mode)
     if bench.absent:
         data["absent"] = bench.absent
     if tiny:
-        data["note"] = "test mode (--tiny): every part at tiny sizes; not a reference for any lesson"
+        data["note"] = "test mode (--tiny): every part at tiny sizes on a CPU; not a reference for any lesson"
     return data
 
 
-def main(argv: list[str] | None = None) -> int:
-    import json
+FIXTURE_DEVICE = {"kind": "cuda", "name": "Fixture GPU (made-up numbers)", "short": "FIXTURE", "capability": "0.0"}
 
+
+def fixture() -> dict:
+    """A reference with every declared measurement and label, made-up numbers and the fixture status:
+    what the tests run the lessons' reading cells against (never shipped, never a reference)."""
+    measurements = {}
+    for i, (name, declared) in enumerate(MEASUREMENTS.items()):
+        measurements[name] = {"what": WHAT[name], "unit": declared.unit, "method": "made up by bench_gpu.fixture",
+                              "source": "bench_gpu.fixture (test suite)", "recipe": RECIPES[name],
+                              "values": {label: round(1.0 + 0.37 * ((i + j) % 11), 2) for j, label in enumerate(declared.labels)}}
+    software = {"python": platform.python_version(), "torch": torch.__version__}
+    data = header(dict(FIXTURE_DEVICE), software, reference.FIXTURE_STATUS)
+    data["measurements"] = measurements
+    return data
+
+
+def write(data: dict, out: Path) -> Path:
+    """Validate ``data`` (every declared label measured or explained, unless it is a test fixture) and
+    write it to ``out``; refuses with the list of problems."""
+    fixture_ok = data.get("status") == reference.FIXTURE_STATUS
+    problems = reference.validate(data, fixture=fixture_ok)
+    if data.get("status") == reference.STATUS:
+        problems += [f"{what} was neither measured nor listed absent" for what in unexplained(data)]
+    if problems:
+        raise RuntimeError("the reference does not validate: " + "; ".join(problems))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(data, indent=1, ensure_ascii=False) + "\n")
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, help="the file to write (default bench/results/reference-<gpu>.json)")
     parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
+    parser.add_argument("--quick", action="store_true", help="the same sizes and labels, shorter timing (make test-gpu)")
     parser.add_argument("--tiny", action="store_true", help="tiny sizes: the test suite's mode, not a reference")
     args = parser.parse_args(argv)
     if args.device == "cuda" and not torch.cuda.is_available():
@@ -360,14 +790,11 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
         return 2
     start = time.perf_counter()
-    data = run(args.device, args.tiny)
-    problems = reference.validate(data)
-    if problems:
-        raise RuntimeError("the measured reference does not validate: " + "; ".join(problems))
+    data = run(args.device, "tiny" if args.tiny else "quick" if args.quick else "full")
     out = args.out or Path("bench/results") / f"reference-{data['device']['short'].lower()}.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(data, indent=1) + "\n")
+    write(data, out)
     print(f"wrote {out} ({sum(len(m['values']) for m in data['measurements'].values())} values, "
+          f"{sum(len(v) for v in data.get('absent', {}).values())} absent with a reason, "
           f"{time.perf_counter() - start:.0f} s). To ship it: copy it to src/gpucourse/reference/<name>.json.")
     return 0
 

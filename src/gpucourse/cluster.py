@@ -18,6 +18,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
 # One task per GPU: srun starts nodes * gpus_per_node copies of the script and Lightning does not
@@ -389,3 +390,119 @@ def ddp_side_by_side(processes: int = 2, samples: int = 512, global_batch: int =
         outcome = "timed out" if launch.timed_out else f"exit {launch.returncode}"
         raise RuntimeError(f"torchrun failed ({outcome}):\n{launch.output[-2000:]}")
     return reports
+
+
+# --- A real cluster: the local Slurm of gpucourse.local_slurm (two emulated nodes on this machine) ------
+
+# What each process of the lesson's jobs runs: a gloo process group over every process the job started,
+# one all-reduce, one line per process. The line says where the process ran (Slurm's node), the ranks
+# it was given, and the all-reduced sum of every rank's number: only processes that met compute it.
+RANK_REPORT_SCRIPT = """\
+import datetime, os, socket
+import torch
+import torch.distributed as dist
+
+dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=60))
+rank, world = dist.get_rank(), dist.get_world_size()
+total = torch.tensor([float(rank)])
+dist.all_reduce(total)  # 0 + 1 + ... + (world - 1) on every rank, if they all joined one group
+print(f"node {os.environ.get('SLURMD_NODENAME', socket.gethostname())}: RANK {rank} of WORLD_SIZE {world}, "
+      f"LOCAL_RANK {os.environ['LOCAL_RANK']}, GROUP_RANK {os.environ.get('GROUP_RANK')}, "
+      f"MASTER_ADDR {os.environ['MASTER_ADDR']}; all-reduced sum of ranks {total.item():.0f}", flush=True)
+dist.destroy_process_group()
+"""
+
+# A job array: one script, several tasks, each with its own SLURM_ARRAY_TASK_ID (here: one seed each).
+ARRAY_SCRIPT = """\
+#!/bin/bash
+#SBATCH --job-name=sweep
+#SBATCH --array=0-3
+#SBATCH --nodes=1
+#SBATCH --ntasks-per-node=1
+#SBATCH --output=sweep-%A_%a.out
+sleep 2
+echo "array task $SLURM_ARRAY_TASK_ID of job $SLURM_ARRAY_JOB_ID on $SLURMD_NODENAME: seed $((1000 + SLURM_ARRAY_TASK_ID))"
+"""
+
+# A static rendezvous (--master-addr, --node-rank) whose node rank the batch shell expands: it runs once, on
+# the first node, where SLURM_NODEID is 0, so both nodes' torchrun claim node 0 and the second cannot start.
+STATIC_NODE_RANK_ONCE = """\
+#!/bin/bash
+#SBATCH --nodes=2
+#SBATCH --ntasks-per-node=1
+#SBATCH --gres=gpu:2
+
+export MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)
+# $SLURM_NODEID is expanded here, by the batch shell: 0, for every node's torchrun
+srun torchrun --nnodes=2 --nproc-per-node=2 --node-rank=$SLURM_NODEID \\
+    --master-addr=$MASTER_ADDR --master-port=29500 train.py
+"""
+
+RECORDING = Path(__file__).resolve().parent / "recorded" / "lesson10_slurm.json"
+
+
+def submit_and_watch(script: str, files: dict | None = None, timeout: float = 240) -> dict:
+    """Submit ``script`` to the local cluster (``files`` written next to it first), take ``squeue`` while it
+    runs, and wait for it. Returns the script, the queue seen, the job's final state and exit code as Slurm
+    reports them, its output files and ``sacct --completion``'s lines for it."""
+    import tempfile
+    import time
+
+    from gpucourse import local_slurm
+
+    runs = local_slurm.state_dir() / "runs"
+    runs.mkdir(parents=True, exist_ok=True)
+    folder = Path(tempfile.mkdtemp(prefix="lesson10-", dir=runs))
+    (folder / "job.sbatch").write_text(script)
+    for name, text in (files or {}).items():
+        (folder / name).write_text(text)
+    environ = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ.get('PATH', '/usr/bin:/bin')}"}
+    job = local_slurm.sbatch(folder / "job.sbatch", f"--chdir={folder}", workdir=folder, environ=environ)
+    time.sleep(1.0)
+    queue = local_slurm.squeue()
+    info = local_slurm.wait(job, timeout=timeout)
+    outputs = {p.name: p.read_text(errors="replace") for p in sorted(folder.glob("*.out"))}
+    return {"job_id": job, "script": script, "squeue": queue, "state": info.get("JobState"),
+            "exit_code": info.get("ExitCode"), "nodes": info.get("NodeList"), "outputs": outputs,
+            "sacct": _since(local_slurm.sacct(), job)}
+
+
+def _since(table: str, job: int) -> str:
+    """sacct's header and its lines for jobs ``job`` and later (a job array's tasks get the ids after its own)."""
+    lines = table.splitlines()
+    kept = [line for line in lines[2:] if line.split() and line.split()[0].split("_")[0].isdigit()
+            and int(line.split()[0].split("_")[0]) >= job]
+    return "\n".join(lines[:2] + kept) + "\n"
+
+
+def torchrun_job(sbatch_text: str, timeout: float = 240) -> dict:
+    """Run an sbatch script whose command is ``python train.py`` on the local cluster, ``train.py`` being
+    :data:`RANK_REPORT_SCRIPT`: each process prints its node, its ranks and the all-reduced sum."""
+    return submit_and_watch(sbatch_text, {"train.py": RANK_REPORT_SCRIPT}, timeout=timeout)
+
+
+def recorded_run() -> dict:
+    """The run shipped with the course (``python -m gpucourse.cluster record`` wrote it on a machine with the
+    local cluster up): shown where Slurm cannot run, such as Colab, labelled with its machine and date."""
+    return json.loads(RECORDING.read_text())
+
+
+def record(sbatch_texts: dict[str, str], path: Path = RECORDING) -> dict:
+    """Run each named sbatch script (command ``python train.py``) and the job array, and write the
+    recording that :func:`recorded_run` reads."""
+    import datetime
+    import platform
+
+    from gpucourse import local_slurm
+
+    data = {"machine": f"{platform.node() or 'this machine'} ({platform.machine()}, {os.cpu_count()} CPU cores, "
+                       f"{len(local_slurm.NODES)} Slurm nodes emulated by gpucourse.local_slurm)",
+            "date": datetime.date.today().isoformat(), "sinfo": local_slurm.sinfo(),
+            "jobs": {name: torchrun_job(text) for name, text in sbatch_texts.items()},
+            "array": submit_and_watch(ARRAY_SCRIPT)}
+    for job in data["jobs"].values():
+        if job["script"] not in (STATIC_NODE_RANK_ONCE, ARRAY_SCRIPT):
+            job.pop("script")  # an exercise's answer: its output is shown, never its text
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=1) + "\n")
+    return data

@@ -1,9 +1,11 @@
 """The cost of communication: collectives timed against message size. Taught in lesson 14.
 
-Everything measured here runs as ranks of ``torchrun`` (gloo between CPU processes, NCCL between GPUs),
-started from the notebook (``run``, through ``gpucourse.launch``); each rank writes ``rank<N>.json``:
+Everything measured here runs as ranks of ``torchrun``, started from the notebook (``run``, through
+``gpucourse.launch``); each rank writes ``rank<N>.json``. The buffers live where ``--device`` says, and
+the backend follows them: CPU buffers over gloo (the default, whatever GPUs there are), GPU buffers
+over NCCL (one GPU per rank); every report and row says which backend ran (``dist.get_backend()``):
 
-    torchrun --standalone --nproc-per-node=2 -m gpucourse.comms sweep --out DIR
+    torchrun --standalone --nproc-per-node=2 -m gpucourse.comms sweep --out DIR [--device cuda]
 
 - ``sweep``: all-reduce, reduce-scatter and all-gather of buffers from a few KiB to tens of MiB, each
   repeated; a repetition's time is the slowest rank's (a collective is over when every rank is done);
@@ -29,7 +31,7 @@ from pathlib import Path
 
 import torch
 
-from gpucourse.launch import init_process_group, run_demo
+from gpucourse.launch import backend_of, close_process_group, init_process_group, run_demo
 
 COLLECTIVES = ("all_reduce", "reduce_scatter", "all_gather")
 # nccl-tests' correction from algorithm bandwidth (S / t) to bus bandwidth, per collective, for n ranks
@@ -116,7 +118,7 @@ def _time_all(calls: list, repeats: int, warmup: int, device="cpu") -> list[list
             call()
             done()
             times[i, round_] = time.perf_counter() - start
-    if dist.get_backend() == "nccl":
+    if torch.device(device).type == "cuda":  # NCCL reduces GPU tensors only
         times = times.cuda()
     dist.all_reduce(times, op=dist.ReduceOp.MAX)
     return times.cpu().tolist()
@@ -134,7 +136,8 @@ def sweep(sizes: list[int], repeats: int = 5, warmup: int = 2, device="cpu") -> 
         source, target = _buffers(collective, size, world, device)
         calls.append(lambda c=collective, s=source, t=target: _issue(c, s, t))
     timed = _time_all(calls, repeats, warmup, device)
-    return {"rows": [{"collective": c, "bytes": size, "times": t, "median": statistics.median(t)}
+    backend = dist.get_backend()
+    return {"rows": [{"collective": c, "bytes": size, "times": t, "median": statistics.median(t), "backend": backend}
                      for (c, size), t in zip(pairs, timed)]}
 
 
@@ -206,7 +209,9 @@ def time_plans(widths: list[int], depth: int = 3, repeats: int = 5, warmup: int 
             items.append({"width": width, "parameters": sum(numels), "strategy": strategy, "plan": plan})
             calls.append(call)
     timed = _time_all(calls, repeats, warmup, device)
-    return {"rows": [{**item, "times": t, "median": statistics.median(t)} for item, t in zip(items, timed)]}
+    backend = dist.get_backend()
+    return {"rows": [{**item, "times": t, "median": statistics.median(t), "backend": backend}
+                     for item, t in zip(items, timed)]}
 
 
 def predict(plan: list[tuple[str, int]], fits: dict) -> float:
@@ -245,7 +250,7 @@ def plot_collective_times(rows: list[dict], hardware: str, world_size: int, fits
     ax.set_yscale("log")
     ax.set_xlabel("message size S, whole buffer (bytes)")
     ax.set_ylabel("time per collective (ms, slowest rank)")
-    ax.set_title(f"gloo collectives, {world_size} processes, measured on {hardware}", fontsize=9)
+    ax.set_title(f"{backend_of(rows)} collectives, {world_size} processes, measured on {hardware}", fontsize=9)
     ax.legend(fontsize=7)
     ax.grid(True, which="both", alpha=0.3)
     fig.tight_layout()
@@ -266,7 +271,8 @@ def plot_bus_bandwidth(rows: list[dict], hardware: str, world_size: int):
     ax.set_xscale("log")
     ax.set_xlabel("message size S, whole buffer (bytes)")
     ax.set_ylabel("bus bandwidth (GB/s, nccl-tests' busbw)")
-    ax.set_title(f"Bus bandwidth of gloo collectives, {world_size} processes, measured on {hardware}", fontsize=9)
+    ax.set_title(f"Bus bandwidth of {backend_of(rows)} collectives, {world_size} processes, measured on {hardware}",
+                 fontsize=9)
     ax.legend(fontsize=8)
     ax.grid(True, which="both", alpha=0.3)
     fig.tight_layout()
@@ -291,7 +297,8 @@ def plot_prediction(rows: list[dict], hardware: str, world_size: int):
         ax.set_xlabel(f"strategy (model width {width}, {mine[0]['parameters']:,} float32 parameters)")
         ax.set_ylabel("communication per step (ms)")
         ax.legend(fontsize=7)
-    fig.suptitle(f"One step's collectives, predicted and measured, {world_size} gloo processes on {hardware}", fontsize=9)
+    fig.suptitle(f"One step's collectives, predicted and measured, {world_size} {backend_of(rows)} processes on "
+                 f"{hardware}", fontsize=9)
     fig.tight_layout()
     return fig
 
@@ -306,12 +313,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--widths", default="256,1024", help="comma-separated model widths (plans)")
     parser.add_argument("--depth", type=int, default=3)
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
+                        help="where the buffers live: cpu (gloo) or cuda (NCCL, one GPU per rank)")
     args = parser.parse_args(argv)
     if "RANK" not in os.environ:
         parser.error("start this with torchrun: it needs RANK, WORLD_SIZE and MASTER_ADDR from it")
     import torch.distributed as dist
 
-    device = init_process_group()  # NCCL with a GPU per rank, else gloo
+    device = init_process_group(device=args.device)  # the backend follows the buffers: gloo or NCCL
     if args.demo == "sweep":
         report = sweep(sizes_between(args.smallest, args.largest), args.repeats, device=device)
     else:
@@ -319,14 +328,14 @@ def main(argv: list[str] | None = None) -> int:
     report.update(rank=dist.get_rank(), world_size=dist.get_world_size(), backend=dist.get_backend())
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / f"rank{dist.get_rank()}.json").write_text(json.dumps(report))
-    dist.destroy_process_group()
+    close_process_group()  # every rank done, then destroyed while Python is whole: a clean exit
     return 0
 
 
-def run(demo: str, nproc: int, timeout: float = 600, **options) -> list[dict]:
-    """Launch ``demo`` on ``nproc`` ranks with torchrun and return every rank's report, in rank order
-    (raises with the output's tail if the launch failed)."""
-    return run_demo("gpucourse.comms", demo, nproc, timeout, **options)[0]
+def run(demo: str, nproc: int, timeout: float = 600, device: str = "cpu", **options) -> list[dict]:
+    """Launch ``demo`` on ``nproc`` ranks with torchrun, its buffers on ``device`` ("cpu": gloo, "cuda":
+    NCCL), and return every rank's report, in rank order (raises with the output's tail if the launch failed)."""
+    return run_demo("gpucourse.comms", demo, nproc, timeout, device=device, **options)[0]
 
 
 if __name__ == "__main__":

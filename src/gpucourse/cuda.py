@@ -264,6 +264,8 @@ def this_machine_cores() -> dict[str, int]:
             found[f"this machine: {props.name}\nSMs (multi_processor_count)"] = props.multi_processor_count
     except ImportError:
         pass
+    except RuntimeError:  # NVML sees a GPU that CUDA cannot start (a driver too old): the CPU only
+        pass
     return found
 
 

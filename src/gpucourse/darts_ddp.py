@@ -43,6 +43,21 @@ class RankReport(pl.Callback):
         Path(self.folder, f"rank{trainer.global_rank}.json").write_text(json.dumps(report))
 
 
+class EndProcessGroup(pl.Callback):
+    """Each rank ends torch.distributed when its fit is over (``gpucourse.launch.close_process_group``).
+
+    Lightning destroys a gloo process group nowhere (only an NCCL one, at exit): a spawned rank would
+    leave it to interpreter shutdown, where gloo's threads can abort the rank ("terminate called without
+    an active exception", SIGABRT) and ``ddp_spawn`` then fails the whole script. After ``teardown`` a
+    rank only sends its weights to the main process, through a pipe: no collective is left."""
+
+    def teardown(self, trainer, pl_module, stage):
+        from gpucourse.launch import close_process_group
+
+        if stage == "fit":
+            close_process_group()
+
+
 def rank_reports(folder: str | os.PathLike) -> list[dict]:
     """Every rank's report, in rank order (read by the course's one reader, gpucourse.launch)."""
     from gpucourse.launch import read_rank_reports
@@ -67,7 +82,7 @@ def train(devices: int, epochs: int, accelerator: str = "cpu", threads: int | No
     strategy = "ddp_spawn" if devices > 1 else "auto"
     with tempfile.TemporaryDirectory(prefix="darts_ddp_") as reports:
         model = F.seed_rnn(epochs, F.trainer_kwargs(accelerator, devices=devices, strategy=strategy,
-                                                    callbacks=[RankReport(reports)]))
+                                                    callbacks=[RankReport(reports), EndProcessGroup()]))
         fit_start = time.perf_counter()
         model.fit(train_scaled, val_series=val_scaled, verbose=False, dataloader_kwargs={"pin_memory": False})
         fit_s = time.perf_counter() - fit_start

@@ -29,7 +29,7 @@ import torch
 from torch import nn
 
 from gpucourse.launch import Launch, torchrun  # noqa: F401 (lesson 7 calls them from here: D.torchrun)
-from gpucourse.launch import COLLECTIVE_TIMEOUT, gpu_per_rank, init_process_group
+from gpucourse.launch import COLLECTIVE_TIMEOUT, close_process_group, gpu_per_rank, init_process_group
 from gpucourse.launch import read_rank_reports as _rank_reports
 
 FEATURES = 4
@@ -163,7 +163,7 @@ def train(steps: int, per_rank: int, hidden: int, out: Path, device: str = "auto
               "weights_head": [float(w) for w in weights[:4]]}
     Path(out).mkdir(parents=True, exist_ok=True)
     (Path(out) / f"rank{rank}.json").write_text(json.dumps(report))
-    dist.destroy_process_group()
+    close_process_group()  # a barrier, then destroyed while Python is whole: the rank exits cleanly
     return report
 
 

@@ -15,6 +15,8 @@ import platform
 import shutil
 from dataclasses import dataclass, field
 
+from gpucourse.preamble import driver_too_old, probe_cuda, too_old_reason
+
 
 @dataclass(frozen=True)
 class Facts:
@@ -25,7 +27,10 @@ class Facts:
     device_count: int
     devices: tuple[str, ...] = ()
     visible_devices: str | None = None  # CUDA_VISIBLE_DEVICES as set, None when unset
-    driver_version: str | None = None  # from /proc/driver/nvidia/version, None when no NVIDIA driver
+    driver_version: str | None = None  # from NVML or /proc/driver/nvidia/version, None when no NVIDIA driver
+    driver_cuda: str | None = None  # the newest CUDA the driver runs ("12.2"), None when unknown
+    gpus_seen: int = 0  # GPUs the driver reports, usable by this torch or not (-1: unknown)
+    cuda_error: str | None = None  # why CUDA does not start here (what it said, or what the driver probe found)
     nvidia_smi: bool = False
     mps_built: bool = False
     mps_available: bool = False
@@ -51,22 +56,42 @@ def _driver_version() -> str | None:
     return next((w for w in words if w[:1].isdigit() and "." in w), first.strip() or None)
 
 
-def gather() -> Facts:
-    """Read this machine's facts; needs nothing but torch."""
+def _device_names(count: int) -> tuple[tuple[str, ...], str | None]:
+    """The GPUs' names (this starts CUDA: the doctor is a process of its own), or what CUDA said instead."""
     import torch
 
-    available = torch.cuda.is_available()
-    count = torch.cuda.device_count() if available else 0
+    try:
+        return tuple(torch.cuda.get_device_name(i) for i in range(count)), None
+    except Exception as error:  # the doctor diagnoses this; it must not fail on it
+        said = str(error).strip()
+        return (), f"{type(error).__name__}: {said.splitlines()[0][:300] if said else ''}"
+
+
+def gather() -> Facts:
+    """Read this machine's facts; needs nothing but torch. Never raises on a broken CUDA set-up: the
+    facts say what failed (``gpucourse.preamble.probe_cuda`` asks the driver without starting CUDA)."""
+    import torch
+
+    probe = probe_cuda()
+    count = probe.count
+    devices, error = _device_names(count) if count else ((), None)
+    if error is not None:  # the driver said yes, CUDA itself no
+        count = 0
+    elif not count and probe.seen and probe.reason:  # GPUs the driver reports, which CUDA cannot use: why
+        error = probe.reason
     mps = getattr(torch.backends, "mps", None)
     return Facts(
         torch_version=torch.__version__,
         cuda_build=torch.version.cuda,
         hip_build=getattr(torch.version, "hip", None),
-        cuda_available=available,
+        cuda_available=count > 0,
         device_count=count,
-        devices=tuple(torch.cuda.get_device_name(i) for i in range(count)),
+        devices=devices,
         visible_devices=os.environ.get("CUDA_VISIBLE_DEVICES"),
-        driver_version=_driver_version(),
+        driver_version=probe.driver or _driver_version(),
+        driver_cuda=probe.driver_cuda,
+        gpus_seen=probe.seen,
+        cuda_error=error,
         nvidia_smi=shutil.which("nvidia-smi") is not None,
         mps_built=bool(mps and mps.is_built()),
         mps_available=bool(mps and mps.is_available()),
@@ -94,15 +119,27 @@ def diagnose(f: Facts) -> list[Finding]:
                              f"torch {f.torch_version} is a CPU-only build: it cannot use a GPU even if there is one.",
                              "Install a CUDA build of torch: pick your OS, pip and CUDA version on pytorch.org's "
                              "'Get started' page and use the command it gives (on Linux x86-64, the default `pip install torch` is one)."))
-    elif f.driver_version is None and not f.nvidia_smi:
+    elif f.hip_build is None and driver_too_old(f.driver_cuda, f.cuda_build):
+        what = too_old_reason(f.driver_version, f.driver_cuda, f.cuda_build)
+        found.append(Finding("problem", f"{what[0].upper()}{what[1:]}: torch {f.torch_version} cannot use the "
+                                        f"GPU{'s' if f.gpus_seen > 1 else ''} the driver reports.",
+                             f"Either install a torch build for the CUDA this driver runs, CUDA {f.driver_cuda.split('.')[0]}.x "
+                             "(an older torch: pytorch.org's 'Previous PyTorch versions' page gives each version's pip "
+                             "command, whose `--index-url https://download.pytorch.org/whl/cuXYZ` names its CUDA), or "
+                             f"update the NVIDIA driver to one for CUDA {f.cuda_build.split('.')[0]}.x or newer (your "
+                             "distribution's package or nvidia.com, or ask the administrator; on a hosted notebook, "
+                             "choose a newer GPU image). `nvidia-smi` shows the newest CUDA the driver runs."))
+    elif f.driver_version is None and not f.nvidia_smi and not f.cuda_error:  # no driver said anything
         found.append(Finding("problem", f"torch is built for CUDA {f.cuda_build}, but no NVIDIA driver is loaded "
                                         "(or this machine has no NVIDIA GPU).",
                              "On a machine with an NVIDIA GPU, install the NVIDIA driver (your distribution's package, or "
                              "ask the administrator); on Colab choose Runtime → Change runtime type → GPU."))
     else:
         driver = f"driver {f.driver_version}" if f.driver_version else "a driver"
+        said = f" (CUDA said: {f.cuda_error})" if f.cuda_error else ""
         found.append(Finding("problem", f"torch is built for CUDA {f.cuda_build} and {driver} is installed, "
-                                        "but torch cannot initialise CUDA: usually the driver is older than that CUDA needs.",
+                                        f"but torch cannot initialise CUDA{said}: usually the driver is older than "
+                                        "that CUDA needs.",
                              "Update the NVIDIA driver, or install a torch build for an older CUDA "
                              "(pytorch.org lists several). `nvidia-smi` shows the newest CUDA the driver supports."))
     if f.mps_available:

@@ -89,16 +89,12 @@ def write_air_passengers(directory: str | os.PathLike | None = None, data: bytes
 
 
 def quiet_lightning() -> None:
-    """Silence Lightning's per-fit banners ("GPU available: ...", tips): they are INFO logs; warnings stay.
+    """Silence Lightning's per-fit banners ("GPU available: ...", tips) and its notices about itself;
+    warnings about the code stay. ``gpucourse.setup`` does this already (``preamble.quiet_libraries``,
+    the one place that knows which messages); this name stays for lesson 9 and ``darts_ddp``."""
+    from gpucourse.preamble import quiet_libraries
 
-    Importing Lightning sets its logger to INFO, so it is imported first. One warning is hidden too:
-    Lightning 2.6's own ``LeafSpec`` deprecation notice on torch 2.15, which says nothing about our code.
-    """
-    import pytorch_lightning  # noqa: F401 - its import configures the loggers we then turn down
-
-    for name in ("pytorch_lightning", "lightning.pytorch", "lightning_fabric", "lightning.fabric"):
-        logging.getLogger(name).setLevel(logging.WARNING)
-    warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)")
+    quiet_libraries()
 
 
 def trainer_kwargs(accelerator: str = "cpu", **extra: Any) -> dict:

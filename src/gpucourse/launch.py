@@ -10,8 +10,9 @@ job would make it); lessons 1 and 7's script exercises are graded through it (gp
   torchrun starts each rank in a session (and process group) of its own, and a rank whose launcher
   died goes on running.
 - ``read_rank_reports``: the ``rank<N>.json`` files the ranks wrote, by rank.
-- ``gpu_per_rank`` and ``init_process_group``: what each rank does first (NCCL with a GPU per rank,
-  else gloo).
+- ``init_process_group(device)``: what each rank does first: the backend follows where the tensors
+  live (gloo for CPU tensors, NCCL for GPU ones, one GPU per rank); ``gpu_per_rank`` says whether
+  every rank can have a usable GPU.
 """
 
 from __future__ import annotations
@@ -177,22 +178,88 @@ def read_rank_reports(folder: str | os.PathLike, strict: bool = True) -> dict[in
     return dict(sorted(found.items()))
 
 
+BACKENDS = {"cpu": "gloo", "cuda": "nccl", "cpu,cuda": "cpu:gloo,cuda:nccl"}  # NCCL has no CPU collectives
+
+
+def local_ranks() -> int:
+    """How many ranks this machine runs (torchrun's LOCAL_WORLD_SIZE; 1 outside torchrun)."""
+    return int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+
+
+def backend_of(records) -> str:
+    """The backend that the ranks' reports (or a demo's rows) say ran them, each carrying what
+    ``dist.get_backend()`` said: what a label prints, never an assumed one. Records of two backends
+    in one figure or table are refused: the comparison would not be of one link."""
+    found = {record.get("backend") for record in records}
+    if None in found or not found:
+        raise ValueError("records without a 'backend': label them with what dist.get_backend() said "
+                         "(the lessons' demos record it)")
+    if len(found) != 1:
+        raise ValueError(f"records of different backends {sorted(found)}: compare one backend at a time")
+    return found.pop()
+
+
 def gpu_per_rank() -> bool:
-    """Whether every local rank can have a GPU of its own (NCCL refuses two ranks on one GPU)."""
-    import torch
+    """Whether every local rank can have a usable GPU of its own (NCCL refuses two ranks on one GPU).
+    Usable: ``gpucourse.preamble.probe_cuda``, which says no where the driver is too old for this torch."""
+    from gpucourse.preamble import probe_cuda
 
-    return torch.cuda.is_available() and torch.cuda.device_count() >= int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+    return probe_cuda().count >= local_ranks()
 
 
-def init_process_group(timeout: timedelta | None = None):
-    """Start torch.distributed for this rank: NCCL with one GPU per rank when there are enough, else
-    gloo; a collective that waits longer than ``timeout`` (default COLLECTIVE_TIMEOUT, read when
-    called) fails. Returns the rank's device."""
+def backend_for(device: str) -> str:
+    """The backend for collectives on tensors that live on ``device``: "cpu" -> gloo, "cuda" -> NCCL,
+    "cpu,cuda" (a demo with tensors on both) -> "cpu:gloo,cuda:nccl" (each tensor's device picks)."""
+    if device not in BACKENDS:
+        raise ValueError(f"device must be one of {sorted(BACKENDS)} (where the collectives' tensors live), not {device!r}")
+    return BACKENDS[device]
+
+
+def init_process_group(device: str = "auto", timeout: timedelta | None = None):
+    """Start torch.distributed for this rank, with the backend for the tensors it will use; returns the
+    rank's device (move the model and data there).
+
+    ``device``: where the collectives' tensors live. "cpu": gloo, whatever GPUs there are; "cuda": NCCL,
+    one GPU per local rank (an error saying so where there are fewer usable GPUs than ranks); "cpu,cuda":
+    both ("cpu:gloo,cuda:nccl"), the GPU as for "cuda"; "auto": "cuda" when every rank can have a usable
+    GPU, else "cpu" (for drivers that put everything on the device returned). A collective that waits
+    longer than ``timeout`` (default COLLECTIVE_TIMEOUT, read when called) fails. ``dist.get_backend()``
+    says afterwards which backend runs: labels must read it, never assume one."""
     import torch
     import torch.distributed as dist
 
-    use_cuda = gpu_per_rank()
-    if use_cuda:
-        torch.cuda.set_device(int(os.environ["LOCAL_RANK"]) % torch.cuda.device_count())
-    dist.init_process_group("nccl" if use_cuda else "gloo", timeout=timeout or COLLECTIVE_TIMEOUT)
-    return torch.device("cuda") if use_cuda else torch.device("cpu")
+    device = str(getattr(device, "type", device))  # torch.device("cuda") works as "cuda"
+    if device == "auto":
+        device = "cuda" if gpu_per_rank() else "cpu"
+    backend = backend_for(device)
+    if "cuda" in device:
+        from gpucourse.preamble import probe_cuda
+
+        probe = probe_cuda()
+        if probe.count < local_ranks():
+            why = f" ({probe.reason})" if probe.reason else ""
+            raise RuntimeError(f"device={device!r} needs one usable GPU per rank (NCCL refuses two ranks on one GPU): "
+                               f"{local_ranks()} rank(s) on this machine, {probe.count} usable GPU(s){why}. "
+                               "Start fewer ranks, or use device='cpu' (gloo).")
+        index = int(os.environ.get("LOCAL_RANK", "0"))
+        torch.cuda.set_device(index)
+    dist.init_process_group(backend, timeout=timeout or COLLECTIVE_TIMEOUT)
+    return torch.device("cuda", index) if "cuda" in device else torch.device("cpu")
+
+
+def close_process_group(wait: bool = True) -> None:
+    """End torch.distributed in this rank while Python is still whole, so that the rank exits cleanly.
+
+    A process group still alive at exit is destroyed during interpreter shutdown, where gloo's worker
+    threads can abort the rank now and then ("terminate called without an active exception", SIGABRT).
+    ``wait``: a barrier first, so that no rank closes its connections while a
+    peer still sends to it; leave it out when this rank is failing (the others may never arrive).
+    Nothing to do when no group was started. Every demo and driver ends its ranks through this."""
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()):
+        return
+    if wait:
+        dist.barrier()
+    dist.destroy_process_group()
+

@@ -1,7 +1,8 @@
 """Sharded data parallelism: ZeRO, FSDP, tensor and pipeline parallelism. Taught in lesson 13.
 
-Everything here runs as ranks of ``torchrun`` (gloo between CPU processes, NCCL between GPUs), started
-from the notebook by ``torchrun`` (from ``gpucourse.launch``); each rank writes ``rank<N>.json``:
+Everything here runs as ranks of ``torchrun``, started from the notebook by ``torchrun`` (from
+``gpucourse.launch``), with every tensor on the CPU: gloo, also on a machine with GPUs (NCCL has no CPU
+collectives); each rank writes ``rank<N>.json``, with the backend that ran (``dist.get_backend()``):
 
     torchrun --standalone --nproc-per-node=2 -m gpucourse.sharding collectives --out DIR
 
@@ -32,7 +33,7 @@ import torch
 from torch import nn
 
 from gpucourse.launch import Launch, read_rank_reports, torchrun  # noqa: F401 (the lesson calls them from here)
-from gpucourse.launch import init_process_group, run_demo
+from gpucourse.launch import backend_of, close_process_group, init_process_group, run_demo
 
 IN_FEATURES, OUT_FEATURES = 32, 10
 
@@ -318,7 +319,7 @@ def plot_pipeline(reports: list[dict], hardware: str):
     ax.set_xlabel("time since the first span (ms, time.perf_counter)")
     ax.set_ylabel("pipeline stage (one process)")
     p, m = len(reports), reports[0]["microbatches"]
-    ax.set_title(f"GPipe, {p} stages x {m} micro-batches, measured on {hardware}\n"
+    ax.set_title(f"GPipe, {p} stages x {m} micro-batches ({backend_of(reports)}), measured on {hardware}\n"
                  f"idle {measured_idle_fraction(reports):.0%} measured, (p-1)/(m+p-1) = {bubble_fraction(p, m):.0%}; "
                  "blue forward, orange backward, number = micro-batch", fontsize=9)
     fig.tight_layout()
@@ -347,7 +348,8 @@ def plot_memory(reports: dict, hardware: str):
     ax.set_xticks(range(len(ways)), ways)
     ax.set_xlabel(f"way of training (bars left to right: ranks {', '.join(map(str, ranks))})")
     ax.set_ylabel("bytes held per rank (MiB)")
-    ax.set_title(f"Per-rank memory after training, {len(ranks)} gloo processes, measured on {hardware}\n"
+    ax.set_title(f"Per-rank memory after training, {len(ranks)} {backend_of(reports.values())} processes, "
+                 f"measured on {hardware}\n"
                  f"model of {reports[ranks[0]]['parameters']:,} float32 parameters", fontsize=9)
     ax.legend(fontsize=8)
     fig.tight_layout()
@@ -375,7 +377,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("start this with torchrun: it needs RANK, WORLD_SIZE and MASTER_ADDR from it")
     import torch.distributed as dist
 
-    init_process_group()
+    init_process_group(device="cpu")  # every demo here keeps its tensors on the CPU: gloo
     if args.demo == "collectives":
         report = collectives(args.numel)
     elif args.demo == "memory":
@@ -384,10 +386,10 @@ def main(argv: list[str] | None = None) -> int:
         report = tensor_parallel_mlp(hidden=args.hidden)
     else:
         report = gpipe(args.microbatches, args.rows, args.width)
-    report.update(rank=dist.get_rank(), world_size=dist.get_world_size())
+    report.update(rank=dist.get_rank(), world_size=dist.get_world_size(), backend=dist.get_backend())
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / f"rank{dist.get_rank()}.json").write_text(json.dumps(report))
-    dist.destroy_process_group()
+    close_process_group()  # every rank done, then destroyed while Python is whole: a clean exit
     return 0
 
 

@@ -162,21 +162,46 @@ PRECISIONS = {
 }
 
 
+def unavailable_precisions(device: str | torch.device) -> dict[str, str]:
+    """The precisions of ``PRECISIONS`` that ``device`` does not run as labelled, each with the reason.
+
+    A CUDA GPU before compute capability 8.0 (Volta, Turing: a T4) has no TF32 (torch quietly runs full
+    float32 instead) and no native bfloat16 (``torch.cuda.is_bf16_supported()`` still says True: it
+    emulates it); a row labelled "TF32" or "bfloat16" there would time something else. A CPU has no
+    TF32 and emulates 16-bit products unless it has the instructions; it runs float32 only here.
+    """
+    device = torch.device(device)
+    if device.type != "cuda":
+        return {name: f"a {device.type.upper()} has no Tensor Cores: float32 only"
+                for name in PRECISIONS if name != "float32 (TF32 off)"}
+    major, minor = torch.cuda.get_device_capability(device)
+    if major >= 8:  # Ampere and newer: all four
+        return {}
+    where = f"{torch.cuda.get_device_name(device)} (compute capability {major}.{minor})"
+    return {"TF32": f"no TF32 on {where}: it starts at 8.0, and float32 runs in full precision",
+            "bfloat16": f"bfloat16 is emulated on {where}: native from 8.0, so its rate would not be the format's"}
+
+
 def precision_rates(n: int, device: str, names=None, min_seconds: float = 0.3) -> dict[str, float]:
     """TFLOP/s of an n x n @ n x n product in each precision of ``PRECISIONS`` (or of ``names``).
 
-    By default a CUDA device runs all four (bfloat16 only where ``torch.cuda.is_bf16_supported()``)
-    and a CPU float32 only: TF32 is a Tensor Core format, and a CPU without native bfloat16 or
-    float16 arithmetic emulates them slowly, which would measure the emulation, not the format.
+    By default every precision the device runs as labelled (``unavailable_precisions`` says which it
+    does not, and why, and this prints that): all four on an Ampere or newer GPU, float32 and float16
+    on an older one, float32 only on a CPU. Naming one the device cannot run raises ValueError.
     """
     device = torch.device(device)
-    if names is None:
-        names = ["float32 (TF32 off)"]
-        if device.type == "cuda":
-            names = [name for name in PRECISIONS if name != "bfloat16" or torch.cuda.is_bf16_supported()]
-    unknown = [name for name in names if name not in PRECISIONS]
+    unknown = [name for name in names or () if name not in PRECISIONS]
     if unknown:
         raise ValueError(f"unknown precision(s) {unknown}; known: {', '.join(PRECISIONS)}")
+    missing = unavailable_precisions(device)
+    if names is None:
+        names = [name for name in PRECISIONS if name not in missing]
+        for name, why in missing.items():
+            if device.type == "cuda":
+                print(f"Skipped {name}: {why}.")
+    refused = {name: missing[name] for name in names if name in missing}
+    if refused:
+        raise ValueError("not measurable as labelled here: " + "; ".join(f"{k}: {v}" for k, v in refused.items()))
     rates = {}
     for name in names:
         dtype, fp32 = PRECISIONS[name]
@@ -200,11 +225,15 @@ def plot_precisions(mine: Mapping[str, float], mine_label: str, reference: Mappi
 
 def reference_precisions(reference, sizes) -> dict[int, dict[str, float]]:
     """The reference GPU's ``matmul_tflops`` for each size in ``sizes``, by the names of ``PRECISIONS``
-    (``{8192: {"float32 (TF32 off)": 51.3, "TF32": 356.6, ...}}``); a size it lacks raises KeyError."""
+    (``{8192: {"float32 (TF32 off)": 51.3, "TF32": 356.6, ...}}``); a size it lacks maps to {}."""
     names = {"float32 (TF32 off)": "float32", "TF32": "tf32", "float16": "float16", "bfloat16": "bfloat16"}
     measured = reference.values("matmul_tflops")
-    return {n: {name: measured[f"{label} {n}"] for name, label in names.items() if f"{label} {n}" in measured}
-            for n in sizes}
+    found: dict[int, dict[str, float]] = {}
+    for n in sizes:
+        found[n] = {name: measured[f"{label} {n}"] for name, label in names.items() if f"{label} {n}" in measured}
+        if f"bfloat16 {n} emulated" in measured:  # a GPU before sm 80: bfloat16 without its hardware
+            found[n]["bfloat16 (emulated)"] = measured[f"bfloat16 {n} emulated"]
+    return found
 
 
 def alignment_labels(rates: Mapping[int, Mapping[str, float]], aligned: int) -> dict[str, float]:

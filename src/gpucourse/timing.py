@@ -27,3 +27,31 @@ def seconds_per_call(fn: Callable[[], object], min_seconds: float = 0.2, calls: 
     if calls is not None:
         return timer.timeit(number=calls).median
     return timer.blocked_autorange(min_run_time=min_seconds).median
+
+
+def conditions(smoke: bool | None = None) -> str:
+    """What a chart's numbers were measured under, for its label (lessons 4, 5 and 15): the smoke size
+    when ``GPUCOURSE_SMOKE`` shrinks the run (or ``smoke``), and this machine's load, the 1-minute load
+    average over the CPUs this process may use (``os.getloadavg``). A small run on busy cores can show
+    any ratio; the label says that it was one."""
+    import os
+
+    if smoke is None:
+        smoke = os.environ.get("GPUCOURSE_SMOKE", "0") not in ("", "0")
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    try:
+        load = f"load {os.getloadavg()[0]:.1f} on {cpus} CPUs"
+        busy = os.getloadavg()[0] > 0.75 * cpus
+    except OSError:  # no load average on this system
+        load, busy = f"{cpus} CPUs, load unknown", False
+    return f"{'smoke size' if smoke else 'full size'}, {load}" + (" (busy: other programs share them)" if busy else "")
+
+
+def chart_note(note: str | None, contradiction: str | None = None, smoke: bool | None = None) -> str:
+    """A chart's note with the run's :func:`conditions`; where this run's numbers contradict the note
+    (``contradiction``: what they show), the note says so instead of leaving the chart to disagree."""
+    where = conditions(smoke)
+    if contradiction:
+        return ((note + " " if note else "") + f"This run shows otherwise ({contradiction}) at {where}: too small "
+                "or too busy a run to show it; run it at full size on an idle machine.")
+    return (note + " " if note else "") + f"(Measured here at {where}.)"

@@ -17,9 +17,16 @@ from gpucourse.timing import seconds_per_call
 
 def copy_gbps(megabytes: int = 256, pinned: bool = False, repeats: int = 10) -> float:
     """Host-to-GPU bandwidth in GB/s from pageable or pinned memory (needs CUDA)."""
-    host = torch.empty(megabytes << 20, dtype=torch.uint8, pin_memory=pinned)
+    host = filled_host(megabytes, pinned)
     device = torch.empty_like(host, device="cuda")
     return host.numel() / seconds_per_call(lambda: device.copy_(host, non_blocking=pinned), calls=repeats) / 1e9
+
+
+def filled_host(megabytes: int, pinned: bool = False) -> torch.Tensor:
+    """A host buffer of ``megabytes`` MiB, written before any timing: the pages of a fresh pageable
+    buffer (``torch.empty``) are made on first touch, so an unwritten source does not cost what a
+    copy of real data costs."""
+    return torch.empty(megabytes << 20, dtype=torch.uint8, pin_memory=pinned).fill_(1)
 
 
 def host_copy_gbps(megabytes: int = 64, min_seconds: float = 0.2) -> float:
@@ -43,7 +50,7 @@ def overlap_ms(megabytes: int = 64, batches: int = 8, size: int = 2048, matmuls:
     """
     if not torch.cuda.is_available():
         raise RuntimeError("host-to-GPU copies need a CUDA GPU; this machine has none")
-    hosts = [torch.empty(megabytes << 20, dtype=torch.uint8, pin_memory=True) for _ in range(batches)]
+    hosts = [filled_host(megabytes, pinned=True) for _ in range(batches)]
     targets = [torch.empty_like(host, device="cuda") for host in hosts]  # allocated once: no allocator in the timing
     a = torch.randn(size, size, device="cuda")
     side = torch.cuda.Stream()

@@ -8,6 +8,7 @@ argument) and returns this rank's record (plain data), written to
 ``OUT/rank<RANK>.json``, or, when the grader's forked launcher started the rank, to the pipe it
 handed this rank alone (``report``). Drivers that use torch.distributed directly start the process group with
 ``init_process_group()`` (the lessons' own, from gpucourse.launch); Lightning drivers let the Trainer start it.
+Either way this module ends it after the driver (``close_process_group``), so that every rank exits cleanly.
 
 ``protect``: while grading, the grader's own rank entry point (which wraps this one) passes a
 factory, called once the driver's module is imported; the object it makes has two context managers,
@@ -27,7 +28,7 @@ import sys
 from pathlib import Path
 
 # drivers import these from here: a collective waits COLLECTIVE_TIMEOUT, then fails every rank
-from gpucourse.launch import COLLECTIVE_TIMEOUT, gpu_per_rank, init_process_group  # noqa: F401
+from gpucourse.launch import COLLECTIVE_TIMEOUT, close_process_group, gpu_per_rank, init_process_group  # noqa: F401
 
 
 def main(student: str, out: str, driver: str, report: int | None = None, protect=None) -> None:
@@ -42,6 +43,9 @@ def main(student: str, out: str, driver: str, report: int | None = None, protect
         exec(compile(Path(student).read_text(), student, "exec"), namespace)
     with guard.driver() if guard else contextlib.nullcontext():
         record = drive(namespace) if given is None else drive(namespace, given)
+    # A Lightning driver's Trainer leaves its gloo group to interpreter shutdown, where it can abort the
+    # rank (SIGABRT): every rank ends torch.distributed here, whatever started it (a no-op when closed).
+    close_process_group()
     if report is None:
         write(dumps(record))
         return

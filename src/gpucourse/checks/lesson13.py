@@ -127,7 +127,7 @@ def drive_sharded_adam(ns, inputs=None):
     from gpucourse.checks.lesson13 import build_model, kept_tensor_bytes, rank_rows, run_settings
 
     inputs = inputs or {}
-    init_process_group()
+    init_process_group(device="cpu")  # the model and its rows live on the CPU: gloo, whatever GPUs there are
     rank, world = dist.get_rank(), dist.get_world_size()
     records = []
     for run in run_settings(inputs, {})["runs"]:

@@ -1,0 +1,153 @@
+"""Every multi-process demo and script exercise ends cleanly: each rank ends torch.distributed while
+Python is still whole (gpucourse.launch.close_process_group), so that no rank aborts at exit
+("terminate called without an active exception", SIGABRT) and fails a launch in a student's notebook.
+
+A gloo group left to interpreter shutdown aborts its rank only now and then, and more often on a busy
+machine: one clean launch proves little. The cheap tier launches each demo a few times; ``make
+test-stress`` (marker ``stress``) launches each GPUCOURSE_STRESS_RUNS times (50 unless set) in a row,
+beside a process that keeps a core busy."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from gpucourse.launch import close_process_group, torchrun
+
+ROOT = Path(__file__).resolve().parent.parent
+CHEAP_RUNS = 1  # in `make test`: each demo once more, checked for an abort (the stress tier repeats them)
+STRESS_RUNS = int(os.environ.get("GPUCOURSE_STRESS_RUNS", "50"))
+# what an aborted rank leaves in the output: the C++ runtime's words, and torchrun's or mp.spawn's report
+ABORTED = re.compile(r"terminate called|SIGABRT|Signal 6 |signal 6\b|core dumped")
+
+
+def _torchrun(*target: str, nproc: int = 2):
+    def launch(folder: Path):
+        done = torchrun(list(target) + ["--out", str(folder)], nproc=nproc, timeout=300, cwd=folder)
+        return done.returncode, done.output
+    return launch
+
+
+def _lightning_driver(folder: Path):
+    """Lesson 7's Lightning exercise through the grader's rank harness: a Trainer starts the gloo group."""
+    fixture = ROOT / "tests/fixtures/lesson07_ddp_scripts/right/synced_metrics__torchmetrics_objects.py"
+    (folder / "student.py").write_text(fixture.read_text())
+    done = torchrun(["-m", "gpucourse.checks.ddp_harness", str(folder / "student.py"), str(folder),
+                     "gpucourse.checks.lesson07:drive_synced_metrics"], nproc=2, timeout=300, cwd=folder)
+    return done.returncode, done.output
+
+
+def _darts_ddp(folder: Path):
+    """Lesson 9's script: ``ddp_spawn`` on 2 CPU processes (mp.spawn, not torchrun)."""
+    done = subprocess.run([sys.executable, "-m", "gpucourse.darts_ddp", "--devices", "2", "--epochs", "1",
+                           "--out", str(folder / "result.json")], capture_output=True, text=True, timeout=600,
+                          cwd=folder, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    return done.returncode, done.stdout + done.stderr
+
+
+# Every module that runs as ranks, each demo at its smallest size (lessons 7, 9, 13, 14, 16, and the
+# harness that runs lessons 1, 7 and 13's script exercises).
+DEMOS = {
+    "ddp_scripts": _torchrun("-m", "gpucourse.ddp_scripts", "--steps", "2", "--per-rank", "4", "--hidden", "8"),
+    "sharding-collectives": _torchrun("-m", "gpucourse.sharding", "collectives", "--numel", "10", nproc=3),
+    "sharding-memory": _torchrun("-m", "gpucourse.sharding", "memory", "--width", "32", "--steps", "2"),
+    "sharding-tensor": _torchrun("-m", "gpucourse.sharding", "tensor"),
+    "sharding-pipeline": _torchrun("-m", "gpucourse.sharding", "pipeline", "--width", "32", "--rows", "8"),
+    "comms-sweep": _torchrun("-m", "gpucourse.comms", "sweep", "--smallest", "4096", "--largest", "16384",
+                             "--repeats", "2"),
+    "comms-plans": _torchrun("-m", "gpucourse.comms", "plans", "--widths", "16", "--repeats", "2"),
+    "resilience-save": lambda folder: _torchrun("-m", "gpucourse.resilience", "save", "--ckpt", str(folder / "ckpt"),
+                                                "--width", "16", "--steps", "2", "--more", "1")(folder),
+    "harness-lightning": _lightning_driver,
+    "darts_ddp": _darts_ddp,
+}
+
+
+def launch_many(name: str, runs: int) -> list[str]:
+    """Launch demo ``name`` ``runs`` times in a row; one line per launch that failed or aborted."""
+    failures = []
+    for run in range(runs):
+        with tempfile.TemporaryDirectory(prefix="gpucourse-exit-") as folder:
+            returncode, output = DEMOS[name](Path(folder))
+        aborted = ABORTED.search(output)
+        if returncode != 0 or aborted:
+            why = f"aborted ({aborted.group(0)!r})" if aborted else f"exit {returncode}"
+            failures.append(f"launch {run + 1}/{runs}: {why}\n{output[-1500:]}")
+    return failures
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(set(DEMOS) - {"darts_ddp"}))  # Darts' run (a minute) is lesson 9's test's
+def test_each_demo_exits_cleanly_a_few_times_in_a_row(name):
+    failures = launch_many(name, CHEAP_RUNS)
+    assert not failures, f"{len(failures)} of {CHEAP_RUNS} launches of {name} failed:\n" + "\n".join(failures)
+
+
+@pytest.fixture
+def busy_core():
+    """A process spinning on one core while the test runs: a rank's exit races its threads more often."""
+    spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    yield
+    spinner.kill()
+    spinner.wait()
+
+
+@pytest.mark.stress
+@pytest.mark.parametrize("name", sorted(DEMOS))
+def test_each_demo_exits_cleanly_many_times_under_load(name, busy_core):
+    failures = launch_many(name, STRESS_RUNS)
+    assert not failures, f"{len(failures)} of {STRESS_RUNS} launches of {name} failed:\n" + "\n".join(failures)
+
+
+def test_aborts_are_recognised_in_the_output():
+    assert ABORTED.search("terminate called without an active exception")
+    assert ABORTED.search("exitcode  : -6 (pid: 4242)\n  error_file: <N/A>\n  traceback : Signal 6 (SIGABRT) received")
+    assert ABORTED.search("process 1 terminated with signal SIGABRT")
+    assert not ABORTED.search("rank 0 wrote rank0.json\nexit 0")
+
+
+def _one_rank_group(tmp_path):
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    return dist
+
+
+def test_close_process_group_destroys_the_group_and_then_does_nothing(tmp_path):
+    dist = _one_rank_group(tmp_path)
+    assert dist.is_initialized()
+    close_process_group()
+    assert not dist.is_initialized()
+    close_process_group()  # a second call (a harness after a driver that closed it already) is a no-op
+    close_process_group(wait=False)
+
+
+def test_darts_ranks_end_the_group_when_fit_ends_only(tmp_path):
+    from gpucourse.darts_ddp import EndProcessGroup
+
+    dist = _one_rank_group(tmp_path)
+    try:
+        EndProcessGroup().teardown(None, None, "validate")  # Lightning tears down after validate too
+        assert dist.is_initialized()
+        EndProcessGroup().teardown(None, None, "fit")
+        assert not dist.is_initialized()
+    finally:
+        close_process_group(wait=False)
+
+
+def test_every_rank_entry_point_ends_through_close_process_group():
+    """The modules that start ranks (a ``__main__`` that initialises torch.distributed, or a harness)
+    end them through the one helper, not with a bare destroy_process_group that skips the barrier."""
+    starts = re.compile(r"init_process_group|init_attempt_process_group")
+    for path in sorted((ROOT / "src/gpucourse").rglob("*.py")):
+        text = path.read_text()
+        if '__name__ == "__main__"' not in text or not starts.search(text) or path.name == "launch.py":
+            continue
+        assert "close_process_group()" in text, f"{path.relative_to(ROOT)} starts ranks but never calls close_process_group"
+        assert "dist.destroy_process_group()" not in text, f"{path.relative_to(ROOT)} destroys its group directly"
