@@ -21,6 +21,10 @@ ALLOWED_STDERR = [
      "section 6 runs past dynamo's recompile limit on purpose; its text quotes the warning, 'hit config.recompile_limit'"),
     ("lesson08", r"W\d{4} [\d:.]+ \d+ torch/_dynamo/variables/tensor\.py:\d+\] \[\d+/\d+\]",
      "section 7 makes the graph break that .item() causes, and dynamo's warning names it"),
+    ("lesson09", r"The metric denominator is zero for some entries\. Those entries are set to NaN",
+     "the MAPE section shows Darts' default zero_division='warn' on a series with a zero month: the warning is its point"),
+    ("lesson11", r"(FIT Profiler Report|-{40,}|\|  .*\|)\s*$",
+     "the Lightning profiler section shows profiler='simple''s report, which Lightning logs (to stderr) when fit ends"),
 ]
 
 
