@@ -8,7 +8,6 @@ everywhere, without a cluster.
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import subprocess
 from pathlib import Path
@@ -26,11 +25,9 @@ RUN_REQUEST = {"nodes": len(LS.NODES), "gpus": LS.GPUS_PER_NODE, "command": "pyt
 
 
 def _hidden():
-    path = ROOT / "autograders" / "checks" / "lesson10_beyond_one_machine.py"
-    spec = importlib.util.spec_from_file_location("hidden_lesson10_slurm", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    from autograders import engine
+
+    return engine.load_checks("lesson10_beyond_one_machine")
 
 
 @pytest.fixture(scope="module")
