@@ -55,8 +55,8 @@ def test_needs_reports_missing_accelerators(monkeypatch, capsys):
 def test_needs_counts_visible_gpus(monkeypatch):
     import torch
 
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    # the usable GPUs as preamble.probe_cuda counts them (NVML and the driver, never CUDA in this process)
+    monkeypatch.setattr(preamble, "probe_cuda", lambda: preamble.CudaProbe(count=2, seen=2))
     here = preamble.Setup(seed=0, device=torch.device("cuda"), smoke=False)
     assert here.needs("cuda", count=2) and not here.needs("cuda", count=4)
 

@@ -189,9 +189,10 @@ def test_publish_keeps_or_leaves_out_the_key(tmp_path):
     assert "says **correct** or **not yet**" in (on / "README.md").read_text()
     off = publish(tmp_path / "off", edition, git=False, self_check=False)
     assert not off.joinpath(*key).exists()
-    # The GPU reference (gpucourse/reference/*.json) is public measurement data; nothing else may be JSON.
-    reference = off / "src" / "gpucourse" / "reference"
-    assert not [p for p in off.rglob("*.json") if p.parent != reference], "no key file of any name"
+    # The GPU reference (gpucourse/reference/*.json) and lesson 10's recorded Slurm run (gpucourse/recorded/)
+    # are public measurement data; nothing else may be JSON.
+    public_data = {off / "src" / "gpucourse" / "reference", off / "src" / "gpucourse" / "recorded"}
+    assert not [p for p in off.rglob("*.json") if p.parent not in public_data], "no key file of any name"
     assert "Self-check is off in this edition" in (off / "README.md").read_text()
     assert self_check.off_reason(off.joinpath(*key)).startswith("self-check is off in this edition")
     for edition_pyproject in (on / "pyproject.toml", off / "pyproject.toml", ROOT / "pyproject.toml"):
