@@ -12,6 +12,12 @@ configuration instead. Every lesson reads ``smoke()`` through ``gpucourse.preamb
 - ``GPUCOURSE_REQUIRE`` (``required_kinds()``): comma-separated accelerator kinds (``cuda``...) whose
   absence makes a cell that needs one an error instead of a skip. Set by ``make test-gpu``.
 - ``GPUCOURSE_SELF_CHECK`` (``self_check_off()``): ``0`` turns the notebooks' self-check off.
+- ``GPUCOURSE_REFERENCE`` (``reference_name()``): the GPU reference the lessons read (a shipped short
+  name, or a path to a JSON file), instead of the one for this machine's GPU (``gpucourse.reference``).
+- ``GPUCOURSE_REFERENCE_STRICT`` (``reference_strict()``): ``1`` makes reading what a reference lacks an
+  error instead of a sentence; the test suite runs the lessons against a fixture that way.
+- ``GPUCOURSE_SLURM_DIR`` (``slurm_dir()``): where lesson 10's local Slurm cluster keeps its
+  configuration, keys, logs and spool (``gpucourse.local_slurm``).
 - ``GPUCOURSE_INSTALL_URL``: where the setup cell installs the course helpers from on Colab. The
   setup cell runs before this package exists, so it reads the variable itself.
 """
@@ -25,6 +31,9 @@ OFFLINE = "GPUCOURSE_OFFLINE"
 REQUIRE = "GPUCOURSE_REQUIRE"
 SELF_CHECK = "GPUCOURSE_SELF_CHECK"
 INSTALL_URL = "GPUCOURSE_INSTALL_URL"
+REFERENCE = "GPUCOURSE_REFERENCE"
+REFERENCE_STRICT = "GPUCOURSE_REFERENCE_STRICT"
+SLURM_DIR = "GPUCOURSE_SLURM_DIR"
 
 _TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
 
@@ -56,3 +65,18 @@ def self_check_off() -> str | None:
     """``GPUCOURSE_SELF_CHECK``'s value when it turns self-check off (``0``, ``false``, ``no``, ``off``), else None."""
     value = os.environ.get(SELF_CHECK, "")
     return value if value.strip().lower() in _FALSE else None
+
+
+def reference_name() -> str | None:
+    """The GPU reference ``GPUCOURSE_REFERENCE`` names (a short name or a JSON file's path), or None."""
+    return os.environ.get(REFERENCE, "").strip() or None
+
+
+def reference_strict() -> bool:
+    """Whether ``GPUCOURSE_REFERENCE_STRICT=1`` makes a missing reference entry an error (the test suite)."""
+    return os.environ.get(REFERENCE_STRICT, "").strip() == "1"
+
+
+def slurm_dir(default: str = "/var/tmp/gpucourse-slurm") -> str:
+    """Where lesson 10's local Slurm keeps its state: ``GPUCOURSE_SLURM_DIR``, else ``default``."""
+    return os.environ.get(SLURM_DIR, "").strip() or default

@@ -228,14 +228,14 @@ def init_process_group(device: str = "auto", timeout: timedelta | None = None):
     import torch
     import torch.distributed as dist
 
+    from gpucourse.preamble import probe_cuda
+
     device = str(getattr(device, "type", device))  # torch.device("cuda") works as "cuda"
+    probe = probe_cuda() if device == "auto" or "cuda" in device else None
     if device == "auto":
-        device = "cuda" if gpu_per_rank() else "cpu"
+        device = "cuda" if probe.count >= local_ranks() else "cpu"
     backend = backend_for(device)
     if "cuda" in device:
-        from gpucourse.preamble import probe_cuda
-
-        probe = probe_cuda()
         if probe.count < local_ranks():
             why = f" ({probe.reason})" if probe.reason else ""
             raise RuntimeError(f"device={device!r} needs one usable GPU per rank (NCCL refuses two ranks on one GPU): "

@@ -27,6 +27,8 @@ import sys
 import time
 from pathlib import Path
 
+from gpucourse import environment
+
 NODES = ("node1", "node2")
 GPUS_PER_NODE = 2
 GPU_TYPE = "a100"  # typed, so that --gres=gpu:a100:N is granted as well as the untyped --gres=gpu:N
@@ -40,7 +42,7 @@ BINARIES = {"munged": "munge", "slurmctld": "slurmctld", "slurmd": "slurmd", "si
 
 def state_dir() -> Path:
     """Where the configuration, keys, logs, spool and pid files live (``GPUCOURSE_SLURM_DIR`` overrides)."""
-    return Path(os.environ.get("GPUCOURSE_SLURM_DIR", "/var/tmp/gpucourse-slurm"))
+    return Path(environment.slurm_dir())
 
 
 def conf_path() -> Path:

@@ -195,8 +195,7 @@ def cuda_available() -> bool:
     torch's own later calls ask NVML instead, as Lightning does for itself from the moment it is imported;
     this sets it first, unless set already.
     """
-    os.environ.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")
-    return probe_cuda().count > 0
+    return accelerator_count("cuda") > 0
 
 
 def pick_device() -> Any:

@@ -36,8 +36,10 @@ def conditions(smoke: bool | None = None) -> str:
     any ratio; the label says that it was one."""
     import os
 
+    from gpucourse import environment
+
     if smoke is None:
-        smoke = os.environ.get("GPUCOURSE_SMOKE", "0") not in ("", "0")
+        smoke = environment.smoke()
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     try:
         load = f"load {os.getloadavg()[0]:.1f} on {cpus} CPUs"

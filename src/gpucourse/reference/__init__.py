@@ -31,16 +31,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
+from gpucourse import environment
+
 SCHEMA = "gpucourse-reference/2"
 FOLDER = Path(__file__).parent
 STATUS = "measured, not estimated"
 # A file made by the test suite (bench_gpu.fixture, or --tiny on a CPU): never a reference, never shipped.
 FIXTURE_STATUS = "test fixture: not measured on a GPU, never a reference"
 DEFAULT = "h100"
-ENV = "GPUCOURSE_REFERENCE"
+ENV = environment.REFERENCE
 # Test suite only: reading what a file lacks raises instead of being said (the lessons run against a
 # fixture of every declared label this way, so that a key they read and bench-gpu does not write fails).
-STRICT_ENV = "GPUCOURSE_REFERENCE_STRICT"
+STRICT_ENV = environment.REFERENCE_STRICT
 DEVICE_KEYS = ("kind", "name", "short")
 SOFTWARE_KEYS = ("python", "torch")
 ENTRY_KEYS = ("what", "unit", "method", "source", "recipe", "values")
@@ -227,7 +229,7 @@ class Reference:
         says so). A name outside :data:`MEASUREMENTS` raises KeyError: a typo is not a missing measurement."""
         if name not in MEASUREMENTS:
             raise KeyError(f"{name!r} is not a reference measurement; the schema has: {', '.join(MEASUREMENTS)}")
-        if name not in self.data["measurements"] and os.environ.get(STRICT_ENV) == "1":
+        if name not in self.data["measurements"] and environment.reference_strict():
             raise KeyError(f"{STRICT_ENV}=1: the {self.short} reference has no {name!r}")
         return dict(self.data["measurements"].get(name, {}).get("values", {}))
 
@@ -246,7 +248,7 @@ class Reference:
         why = self.data.get("absent", {}).get(name, {})
         reasons = sorted({why[label] for label in (lacking or why) if label in why})
         what = f"{name} ({', '.join(lacking)})" if values else name
-        if os.environ.get(STRICT_ENV) == "1":
+        if environment.reference_strict():
             raise KeyError(f"{STRICT_ENV}=1: the {self.short} reference lacks {what}")
         return f"not measured on the {self.short}: {what}" + (f" ({'; '.join(reasons)})" if reasons else "")
 
@@ -306,7 +308,7 @@ def load(name: str | None = None, folder: Path = FOLDER) -> Reference:
     ``GPUCOURSE_REFERENCE`` names, else the one for this machine's GPU (:func:`pick`), else ``h100``.
 
     A test fixture (status :data:`FIXTURE_STATUS`) loads only from a path, never from ``folder``."""
-    name = name or os.environ.get(ENV) or pick(folder)
+    name = name or environment.reference_name() or pick(folder)
     if os.sep in name or name.endswith(".json"):
         path = Path(name)
     else:
