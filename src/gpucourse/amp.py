@@ -313,15 +313,16 @@ def float32_precision(tf32: bool):
     then restore the previous settings (lesson 4). Today's switches are
     ``torch.backends.cuda.matmul.fp32_precision`` and ``torch.backends.cudnn.conv.fp32_precision``;
     ``allow_tf32`` is their deprecated spelling. cuDNN convolutions default to TF32, so a float32
-    baseline has to ask for "ieee" explicitly. No effect on a CPU."""
-    matmul, conv = torch.backends.cuda.matmul, torch.backends.cudnn.conv
-    before = (matmul.fp32_precision, conv.fp32_precision, torch.backends.cudnn.benchmark)
-    matmul.fp32_precision = conv.fp32_precision = "tf32" if tf32 else "ieee"
+    baseline has to ask for "ieee" explicitly (``gpucourse.tensor_cores.tf32`` sets both). No effect on a CPU."""
+    from gpucourse.tensor_cores import tf32 as tf32_switches
+
+    before = torch.backends.cudnn.benchmark
     torch.backends.cudnn.benchmark = True  # cuDNN picks its fastest kernel per shape, as training code does
     try:
-        yield
+        with tf32_switches(matmul=tf32, cudnn=tf32):
+            yield
     finally:
-        matmul.fp32_precision, conv.fp32_precision, torch.backends.cudnn.benchmark = before
+        torch.backends.cudnn.benchmark = before
 
 
 @dataclass(frozen=True)

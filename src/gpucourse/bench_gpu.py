@@ -45,6 +45,8 @@ import torch
 
 from gpucourse import reference
 from gpucourse.reference import GRAPH_RECIPES, MEASUREMENTS
+from gpucourse.tensor_cores import tf32  # the one TF32 switch (lesson 3), for matmuls and cuDNN apart
+from gpucourse.transfer import filled_host
 
 
 @dataclass(frozen=True)
@@ -205,30 +207,6 @@ class Bench:
         where = "no CPU has it" if not self.cuda else f"this GPU is sm {self.capability[0]}{self.capability[1]}"
         self.skip(name, label, f"TF32 needs compute capability 8.0 or later: {where}, where allow_tf32 runs plain float32")
         return True
-
-
-@contextlib.contextmanager
-def tf32(matmul: bool, cudnn: bool):
-    """TF32 for matmuls and for cuDNN convolutions, set for a block and restored after it. Through the
-    per-backend ``fp32_precision`` switches where torch has them (2.9+: mixing them with the legacy
-    ``allow_tf32`` makes torch refuse to read either), else ``allow_tf32``."""
-    owners = (torch.backends.cuda.matmul, getattr(torch.backends.cudnn, "conv", None))
-    if all(hasattr(o, "fp32_precision") for o in owners):
-        saved = tuple(o.fp32_precision for o in owners)
-        for owner, on in zip(owners, (matmul, cudnn)):
-            owner.fp32_precision = "tf32" if on else "ieee"
-        try:
-            yield
-        finally:
-            for owner, value in zip(owners, saved):
-                owner.fp32_precision = value
-        return
-    saved = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
-    torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = matmul, cudnn
-    try:
-        yield
-    finally:
-        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
 
 
 def free(b: Bench) -> None:
@@ -457,21 +435,13 @@ def saved_bytes(b: Bench) -> None:
     b.put("lesson04_saved_mib", f"b{batch} 32px autocast {low_name} weight copies", mixed["weight_copies"] / 2**20, method)
 
 
-def host_buffer(mib: int, pinned: bool) -> torch.Tensor:
-    """A host buffer of ``mib`` MiB (uint8), written before any copy, as lesson 5's copies use it
-    (``gpucourse.transfer.filled_host``: an untouched pageable buffer's pages are made on first use)."""
-    from gpucourse.transfer import filled_host
-
-    return filled_host(mib, pinned)
-
-
 def copies(b: Bench) -> None:
     labels = ("pageable", "pinned", "pinned 1GiB")
     if not b.cuda:
         return b.skip_all("h2d_gbps", labels, "a host-to-GPU copy needs a GPU")
     for label, mib, pinned in (("pageable", b.sizes.copy_mib, False), ("pinned", b.sizes.copy_mib, True),
                                ("pinned 1GiB", b.sizes.big_copy_mib, True)):
-        host = host_buffer(mib, pinned)
+        host = filled_host(mib, pinned)
         device = torch.empty_like(host, device="cuda")
         b.put("h2d_gbps", label, host.numel() / b.seconds(lambda: device.copy_(host, non_blocking=True)) / 1e9)
     free(b)
@@ -488,7 +458,7 @@ def lesson05(b: Bench) -> None:
         b.skip_all("lesson05_conv_ms", ("float16 NCHW", "float16 channels_last"), "float16 convolutions are a GPU's")
         return
     for label, pinned in (("pageable", False), ("pinned", True)):
-        hosts = [host_buffer(mib, pinned) for _ in range(batches)]
+        hosts = [filled_host(mib, pinned) for _ in range(batches)]
         first = torch.randn(size, size, device="cuda")
         copy_stream = torch.cuda.Stream()
 
@@ -515,7 +485,7 @@ def overlap(b: Bench) -> None:
     if not b.cuda:
         return b.skip_all("copy_compute_overlap_ms", labels, "copy/compute overlap needs CUDA streams")
     n = b.sizes.overlap_matmul
-    host = host_buffer(b.sizes.copy_mib, True)
+    host = filled_host(b.sizes.copy_mib, True)
     target = torch.empty_like(host, device="cuda")
     x = torch.randn(n, n, device="cuda")
     side = torch.cuda.Stream()

@@ -119,23 +119,40 @@ def matmul_tflops(m: int, n: int, k: int, dtype: torch.dtype, device: str, min_s
 
 
 @contextlib.contextmanager
-def float32_matmul(precision: str) -> Iterator[None]:
-    """Within the block, float32 matrix products on CUDA run in ``precision``: ``"ieee"`` (true float32,
-    PyTorch's default) or ``"tf32"`` (Tensor Cores, Ampere and newer); the setting is restored after.
+def tf32(matmul: bool | None = None, cudnn: bool | None = None) -> Iterator[None]:
+    """Within the block, float32 matrix products (``matmul``) and cuDNN convolutions (``cudnn``) run in
+    TF32 (True: Tensor Cores, Ampere and newer) or in true float32 (False: "ieee"); None leaves a switch
+    as it is. Both are restored after (lessons 3 and 4, and ``make bench-gpu``).
 
-    Today's API (PyTorch 2.9+) is ``torch.backends.cuda.matmul.fp32_precision``; on an older torch this
-    falls back to the flag it replaces, ``torch.backends.cuda.matmul.allow_tf32``.
-    """
-    if precision not in ("ieee", "tf32"):
-        raise ValueError(f"precision must be 'ieee' or 'tf32', not {precision!r}")
-    matmul = torch.backends.cuda.matmul
-    name = "fp32_precision" if hasattr(matmul, "fp32_precision") else "allow_tf32"
-    before = getattr(matmul, name)
-    setattr(matmul, name, precision if name == "fp32_precision" else precision == "tf32")
+    Today's API (PyTorch 2.9+) is the per-backend ``torch.backends.cuda.matmul.fp32_precision`` and
+    ``torch.backends.cudnn.conv.fp32_precision``; on an older torch this falls back to the flags they
+    replace, ``allow_tf32`` (torch 2.9+ refuses to read either spelling once the two are mixed)."""
+    owners = [(torch.backends.cuda.matmul, matmul), (getattr(torch.backends.cudnn, "conv", None), cudnn)]
+    if not all(hasattr(owner, "fp32_precision") for owner, _ in owners):
+        owners = [(torch.backends.cuda.matmul, matmul), (torch.backends.cudnn, cudnn)]
+    changed = []
+    for owner, on in owners:
+        if on is None:
+            continue
+        name = "fp32_precision" if hasattr(owner, "fp32_precision") else "allow_tf32"
+        changed.append((owner, name, getattr(owner, name)))
+        setattr(owner, name, ("tf32" if on else "ieee") if name == "fp32_precision" else on)
     try:
         yield
     finally:
-        setattr(matmul, name, before)
+        for owner, name, before in changed:
+            setattr(owner, name, before)
+
+
+@contextlib.contextmanager
+def float32_matmul(precision: str) -> Iterator[None]:
+    """Within the block, float32 matrix products on CUDA run in ``precision``: ``"ieee"`` (true float32,
+    PyTorch's default) or ``"tf32"`` (Tensor Cores, Ampere and newer); the setting is restored after
+    (``tf32``, for matrix products only)."""
+    if precision not in ("ieee", "tf32"):
+        raise ValueError(f"precision must be 'ieee' or 'tf32', not {precision!r}")
+    with tf32(matmul=precision == "tf32"):
+        yield
 
 
 @contextlib.contextmanager
