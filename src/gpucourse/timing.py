@@ -42,8 +42,8 @@ def conditions(smoke: bool | None = None) -> str:
         smoke = environment.smoke()
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     try:
-        load = f"load {os.getloadavg()[0]:.1f} on {cpus} CPUs"
-        busy = os.getloadavg()[0] > 0.75 * cpus
+        average = os.getloadavg()[0]
+        load, busy = f"load {average:.1f} on {cpus} CPUs", average > 0.75 * cpus
     except OSError:  # no load average on this system
         load, busy = f"{cpus} CPUs, load unknown", False
     return f"{'smoke size' if smoke else 'full size'}, {load}" + (" (busy: other programs share them)" if busy else "")
