@@ -24,7 +24,7 @@ from pathlib import Path
 
 from .worker import trust
 
-MAX_NOTEBOOK_BYTES = 20 << 20
+MAX_NOTEBOOK_BYTES = 20 << 20  # c.Grading.notebook_bytes's default (settings.py)
 SKIP_TAG = "skip-when-grading"  # lesson measurements the checks do not need
 
 # What the ast scan below cannot see (strings, names used without an assignment): each match flags
@@ -90,14 +90,15 @@ def _source(cell: dict) -> str:
     return "".join(source) if isinstance(source, list) else str(source)
 
 
-def read_submission(path: Path) -> tuple[dict | None, list[str]]:
-    """The notebook as plain JSON, or None with the reason; never follows a symlink."""
+def read_submission(path: Path, max_bytes: int = MAX_NOTEBOOK_BYTES) -> tuple[dict | None, list[str]]:
+    """The notebook as plain JSON, or None with the reason (one larger than ``max_bytes`` too);
+    never follows a symlink."""
     if path.is_symlink():
         return None, [f"{path.name} is a symlink; not followed"]
     if not path.is_file():
         return None, [f"{path.name} is missing"]
-    if path.stat().st_size > MAX_NOTEBOOK_BYTES:
-        return None, [f"{path.name} is larger than {MAX_NOTEBOOK_BYTES >> 20} MB"]
+    if path.stat().st_size > max_bytes:
+        return None, [f"{path.name} is larger than {max_bytes / 2**20:g} MB"]
     try:
         text = path.read_bytes().decode("utf-8")
     except UnicodeDecodeError as error:

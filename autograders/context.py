@@ -25,27 +25,27 @@ if TYPE_CHECKING:
 class CaseRef:
     """One check of one exercise: its ``index``-th ``public`` or ``hidden`` case. Where it must travel as
     a string (the observers sent to the sandbox and the records back, the feedback, the logs) it is
-    ``<exercise>/<kind>/<index>`` (``str``), read back by ``parse`` only."""
+    ``<exercise>/<origin>/<index>`` (``str``), read back by ``parse`` only."""
 
     exercise: str
-    kind: str  # "public" or "hidden"
+    origin: str  # "public" (gpucourse.checks, seen by students) or "hidden" (autograders/checks)
     index: int
 
-    KINDS: ClassVar[tuple[str, ...]] = ("public", "hidden")
+    ORIGINS: ClassVar[tuple[str, ...]] = ("public", "hidden")
     _TEXT: ClassVar[re.Pattern] = re.compile(r"([^/\s]+)/(public|hidden)/(0|[1-9][0-9]*)")
 
     def __post_init__(self) -> None:
-        if not self.exercise or "/" in self.exercise or self.kind not in self.KINDS \
+        if not self.exercise or "/" in self.exercise or self.origin not in self.ORIGINS \
                 or type(self.index) is not int or self.index < 0:
-            raise ValueError(f"not a case: exercise {self.exercise!r}, kind {self.kind!r}, index {self.index!r} "
-                             f"(an exercise name without '/', one of {self.KINDS}, an index from 0)")
+            raise ValueError(f"not a case: exercise {self.exercise!r}, origin {self.origin!r}, index {self.index!r} "
+                             f"(an exercise name without '/', one of {self.ORIGINS}, an index from 0)")
 
     def __str__(self) -> str:
-        return f"{self.exercise}/{self.kind}/{self.index}"
+        return f"{self.exercise}/{self.origin}/{self.index}"
 
     @property
     def hidden(self) -> bool:
-        return self.kind == "hidden"
+        return self.origin == "hidden"
 
     @classmethod
     def parse(cls, text: str) -> "CaseRef":

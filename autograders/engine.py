@@ -29,7 +29,7 @@ from ``settings.Grading`` (nbgrader_config.py).
 
 from __future__ import annotations
 
-import importlib.util
+import importlib
 import inspect
 import json
 import os
@@ -63,22 +63,24 @@ class Graded:
 
 
 def load_checks(assignment: str):
-    """autograders/checks/<assignment>.py: HIDDEN, the hidden cases of each exercise the assignment's
-    public check module declares (gpucourse.checks.register)."""
+    """The hidden checks of ``assignment``: the module ``autograders.checks.<assignment>``, whose HIDDEN
+    holds the hidden cases of each exercise the assignment's public check module declares
+    (gpucourse.checks.register)."""
     path = AUTOGRADERS / "checks" / f"{assignment}.py"
     if not path.is_file():
         raise SystemExit(f"no check file {path.relative_to(ROOT)} for assignment {assignment}")
-    spec = importlib.util.spec_from_file_location(f"checks_{assignment}", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = importlib.import_module(f"autograders.checks.{assignment}")
     declared = {e.name for e in public.exercises(assignment)}
     unknown = sorted(set(module.HIDDEN) - declared)
     if unknown:
         raise SystemExit(f"{path.relative_to(ROOT)}: hidden cases for {unknown}, which {assignment} does not declare")
-    # the test cells this assignment's notebook must have, each with the exercise it grades
-    # (gpucourse.checks.EXERCISES is the other registry: exercise name -> its declaration)
-    module.EXERCISE_OF_TEST = {e.test_id: e.name for e in public.exercises(assignment)}
     return module
+
+
+def exercise_of_test(assignment: str) -> dict[str, str]:
+    """The test cells the assignment's notebook must have, each with the exercise it grades (from the
+    declarations: gpucourse.checks.EXERCISES is the registry, exercise name -> its declaration)."""
+    return {e.test_id: e.name for e in public.exercises(assignment)}
 
 
 def cases_for(checks, exercise: str) -> list[tuple[CaseRef, public.Case]]:
@@ -95,11 +97,11 @@ def tests_of(nb) -> dict[str, float]:
 
 def cases_of(nb, checks, assignment: str) -> dict[str, list[tuple[CaseRef, public.Case]]]:
     """Every test cell's cases, public then hidden."""
-    tests = tests_of(nb)
-    unknown = sorted(set(tests) - set(checks.EXERCISE_OF_TEST))
+    tests, graded = tests_of(nb), exercise_of_test(assignment)
+    unknown = sorted(set(tests) - set(graded))
     if unknown:
         raise SystemExit(f"{assignment}: test cells {unknown} grade no exercise its check module declares")
-    return {test: cases_for(checks, checks.EXERCISE_OF_TEST[test]) for test in tests}
+    return {test: cases_for(checks, graded[test]) for test in tests}
 
 
 def _meta(node) -> dict:
@@ -112,7 +114,7 @@ def take_answers(nb, sub: Submission):
     """Released notebook in; out, the same notebook with the student's answers in its answer cells
     and no outputs. Reads ``sub.submitted``; sets ``plan`` and ``answers``. Nothing but the answers'
     sources is taken from the submission."""
-    submitted, read_flags = assemble.read_submission(sub.submitted)
+    submitted, read_flags = assemble.read_submission(sub.submitted, sub.grading.notebook_bytes)
     plan = assemble.plan(nb, submitted, read_flags)
     for cell in nb["cells"]:
         grade_id = assemble.nbgrader_meta(cell).get("grade_id")

@@ -14,6 +14,8 @@ RESULTS receives:
 
 Each submission goes through the engine's steps (autograders/engine.py: take the answers, flag,
 observe in its own sandbox, judge), then record.py's (save the grades, nbgrader's late penalty);
+with ``--slurm`` the engine's steps run in the tasks of one Slurm job array (slurm_grade.py), and
+record.py's here, as they land;
 see autograders/THREAT_MODEL.md. Every limit, budget and switch is a setting in
 autograders/nbgrader_config.py (settings.py: ``c.Grading...``, ``c.SandboxLimits...``); the flags
 below override the configuration.
@@ -24,6 +26,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import functools
 import os
 import queue
 import shutil
@@ -218,14 +221,21 @@ def sandboxed(work: Path, pairs: list[tuple[str, str]], released, hide: list[Pat
 
 def autograde(work: Path, batch: Batch, results: Path, submissions: Path, jobs: int, limits: sandbox.Limits,
               config, preload: bool = True, preloads: engine.Preloads | None = None,
-              grading: Grading | None = None) -> list[tuple[str, str]]:
-    """Step 4: every pair through the engine's steps, ``jobs`` at a time; as each one ends, this
-    thread (the gradebook's one writer) runs record.py's steps on it: grades, then late penalty."""
+              grading: Grading | None = None, array=None) -> list[tuple[str, str]]:
+    """Step 4: every pair through the engine's steps, ``jobs`` at a time (or in the tasks of ``array``, a
+    submitted Slurm job array: slurm_grade.py); as each one ends, this thread (the gradebook's one writer)
+    runs record.py's steps on it: grades, then late penalty."""
     hide = [work, results, submissions, ROOT / "solutions", ROOT / "autograders", ROOT / "tests", ROOT / ".git"]
     from nbgrader.api import Gradebook
 
     graded = []
-    ended = sandboxed(work, batch.pairs, lambda aid: _released(work, aid), hide, jobs, limits, preload, preloads, grading)
+    released = functools.partial(_released, work)
+    if array is not None:
+        from . import slurm_grade
+
+        ended = slurm_grade.graded(array, batch.pairs, released, hide, batch)
+    else:
+        ended = sandboxed(work, batch.pairs, released, hide, jobs, limits, preload, preloads, grading)
     with tqdm(total=len(batch.pairs), desc="grading", unit="submission", dynamic_ncols=True) as progress, \
             Gradebook(record.db_url(work)) as gradebook:
         for student, aid, result in ended:
@@ -331,26 +341,38 @@ def merge_lines(path: Path, lines: list[str], student: str | None, sort: bool = 
 
 
 def grade(submissions: Path, results: Path, solutions: Path = SOLUTIONS, only_student: str | None = None,
-          jobs: int | None = None, limits: sandbox.Limits | None = None, preload: bool | None = None) -> Batch:
+          jobs: int | None = None, limits: sandbox.Limits | None = None, preload: bool | None = None,
+          slurm: bool | None = None, config_overrides=None) -> Batch:
     """Run the steps; returns what was graded, flagged and could not be graded. The settings come from
-    nbgrader_config.py (settings.py); ``jobs``, ``limits`` and ``preload``, when given, override it."""
+    nbgrader_config.py (settings.py); ``jobs``, ``limits``, ``preload`` and ``slurm`` (one Slurm job array
+    instead of this machine's pool: slurm_grade.py), when given, override it, and so do the traitlets
+    ``config_overrides`` (a ``Config``, merged last)."""
     submissions, results = submissions.resolve(), results.resolve()
     work = results / "nbgrader"
     work.mkdir(parents=True, exist_ok=True)
     batch = discover(submissions, assignments(solutions), only_student)
     prepare(work, submissions, batch, solutions)
     config = load_config(root=work, db=work / "gradebook.db", source="source", release="release")
+    if config_overrides is not None:
+        config.merge(config_overrides)
     found = settings(config)
     grading, limits = found.grading, limits or found.limits
     jobs, preload = jobs or grading.jobs or os.cpu_count() or 1, grading.preload if preload is None else preload
-    with (engine.Preloads(grading) if preload else contextlib.nullcontext()) as preloads:
+    array = None
+    if (found.slurm.enabled if slurm is None else slurm) and batch.pairs:
+        from . import slurm_grade  # submitted now: its tasks start and preload while the assignments register
+
+        array = slurm_grade.submitted(work, len(batch.pairs), jobs, limits, preload, grading, found.slurm)
+    with (engine.Preloads(grading) if preload and array is None else contextlib.nullcontext()) as preloads, \
+            (contextlib.closing(array) if array is not None else contextlib.nullcontext()):
         if preloads is not None and engine.forks():  # their imports overlap registering the assignments
             preloads.start(min(jobs, len(batch.pairs)))
         with batch.timed("register"):
             nbgrader = api(config)
             register(nbgrader, batch)
         with batch.timed("autograde"):
-            graded = autograde(work, batch, results, submissions, jobs, limits, config, preload, preloads, grading)
+            graded = autograde(work, batch, results, submissions, jobs, limits, config, preload, preloads, grading,
+                               array)
     with batch.timed("feedback"):
         feedback(nbgrader, graded, work, results / "feedback", batch, one_by_one=only_student is not None)
     with batch.timed("export"):
@@ -369,9 +391,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-preload", action="store_true",
                         help="start Python for every submission instead of forking it from a preloaded one "
                              "(default: c.Grading.preload)")
+    parser.add_argument("--slurm", action=argparse.BooleanOptionalAction, default=None,
+                        help="grade as one Slurm job array, one task per shard of the class, on the cluster's "
+                             "nodes (default: c.SlurmGrading.enabled; the other c.SlurmGrading settings apply)")
     args = parser.parse_args(argv)
     batch = grade(args.submissions, args.results, only_student=args.student, jobs=args.jobs,
-                  preload=False if args.no_preload else None)
+                  preload=False if args.no_preload else None, slurm=args.slurm)
     print(f"graded {len(batch.pairs)} submission(s); grades in {args.results / 'grades.csv'}")
     for line in sorted(batch.flagged):
         print(f"  flagged: {line}")

@@ -43,40 +43,86 @@ c.DueDates.duedates = {}
 # c.Grading.cell_seconds = 120. `make grade GRADE_ARGS="--jobs 4 --no-preload"` overrides jobs and
 # preload for one run.
 #
-# Grading: one cell's and one check's budgets, each the smaller of a cap and a share of the wall time
+# --- every setting with its default: written by `make release` from autograders/settings.py ---
+# Grading: How `make grade` grades: budgets per cell and check, what crosses from the sandbox, how many submissions
+#   run at once
 # c.Grading.cell_seconds = 300.0  # the most seconds one cell may run before its alarm (CellTimeout)
-# c.Grading.cell_share = 1 / 6  # one cell's budget as a share of c.SandboxLimits.wall_seconds
+# c.Grading.cell_share = 1 / 6  # one cell's budget as a share of SandboxLimits.wall_seconds (the budget is the
+#     smaller of this share and cell_seconds)
 # c.Grading.observe_seconds = 240.0  # the most seconds one check's observer may run
-# c.Grading.observe_share = 0.5  # one observer's budget as a share of c.SandboxLimits.wall_seconds
-# Grading: the sandbox side (the runner and its supervisor read these from the job)
-# c.Grading.output_limit = 20000  # characters of each cell's and each check's output kept for the feedback
-# c.Grading.grace_seconds = 10.0  # a cell or check overrunning its alarm by this long is stopped from outside
-# c.Grading.restarts = 3  # fresh workers a run may start after cells or checks stopped from outside
-# c.Grading.setup_seconds = 120.0  # a fresh worker's snapshot of the modules, before its first cell
-# c.Grading.max_ranks = 4  # the most ranks a graded multi-process launch may ask for
-# c.Grading.script_seconds = 180.0  # a whole multi-process launch of a script exercise
-# c.Grading.collective_seconds = 45.0  # a collective waits this long, then fails every rank of a graded launch
-# c.Grading.launch_tries = 3  # launches of a script exercise that fails for a reason of the machine's, then a flag
-# Grading: the grader's side
-# c.Grading.seed = None  # the hidden checks' inputs are drawn at grading time from this seed; None: a new one per submission
-# c.Grading.results_bytes = 8 << 20  # bytes accepted from a run's results pipe
-# c.Grading.jobs = 0  # submissions graded at once; 0: one per CPU core (--jobs N)
-# c.Grading.preload = True  # fork each sandbox from a preloaded Python instead of starting one (--no-preload)
-# c.Grading.require_isolation = False  # refuse to grade where neither namespaces nor bubblewrap isolate the sandbox
-# c.Grading.smoke = True  # GPUCOURSE_SMOKE in the sandbox; default: the grader's own GPUCOURSE_SMOKE, else true
-# SandboxLimits: one submission's sandbox (sandbox.Limits)
-# c.SandboxLimits.wall_seconds = 600.0  # the whole submission, cells and checks; then its processes are killed
-# c.SandboxLimits.cpu_seconds = 900  # CPU seconds of its processes (RLIMIT_CPU)
-# c.SandboxLimits.memory_bytes = 6 << 30  # address space per process (RLIMIT_AS); importing torch maps ~2 GB
-# c.SandboxLimits.processes = 256  # processes and threads of its user (RLIMIT_NPROC): bounds a fork bomb
-# c.SandboxLimits.file_bytes = 256 << 20  # largest file it may write (RLIMIT_FSIZE)
-# c.SandboxLimits.output_bytes = 1 << 20  # bytes of its stdout and stderr kept for the log
-# SandboxLimits: the whole sandbox, in a cgroup of its own where the grader is root; 0: none
-# c.SandboxLimits.memory_max_bytes = 6 << 30  # memory of all its processes, its /tmp and /dev/shm files included
-# c.SandboxLimits.tmpfs_bytes = 1 << 30  # size of its own /tmp and of its /dev/shm (isolated, cgroup or not)
-# c.SandboxLimits.pids_max = 512  # processes and threads of the whole sandbox (pids.max): bounds a fork bomb
-# c.SandboxLimits.cpu_weight = 100  # its CPU share beside other sandboxes (cpu.weight; v1 cpu.shares 1024)
-# c.SandboxLimits.cpu_quota = 0.0  # the most CPUs it may keep busy at once (cpu.max); 0: no cap
+# c.Grading.observe_share = 0.5  # one observer's budget as a share of SandboxLimits.wall_seconds (the budget is the
+#     smaller of this share and observe_seconds)
+# c.Grading.output_limit = 20000  # characters of each cell's and each check's output kept for the feedback (the job's
+#     output_limit)
+# c.Grading.grace_seconds = 10.0  # seconds a cell or check may overrun its own alarm before the supervisor stops it
+#     from outside (the job's grace)
+# c.Grading.restarts = 3  # fresh workers a run may start after cells or checks that had to be stopped from outside
+#     (the job's restarts)
+# c.Grading.setup_seconds = 120.0  # seconds a fresh worker may take to snapshot the modules before its first cell
+#     (the job's setup_seconds)
+# c.Grading.max_ranks = 4  # the most ranks a graded multi-process launch may ask for (the job's max_ranks)
+# c.Grading.script_seconds = 180.0  # seconds for a whole multi-process launch of a script exercise (the worker's
+#     gpucourse.checks.ddp.LaunchPolicy)
+# c.Grading.collective_seconds = 45.0  # seconds a collective waits before it fails every rank of a graded launch
+#     (GPUCOURSE_COLLECTIVE_SECONDS in the sandbox, read by gpucourse.launch.collective_timeout)
+# c.Grading.launch_tries = 3  # launches of a script exercise when one fails for a reason of the machine's
+#     (rendezvous, a thread or process that could not start), before the grader flags it (the worker's
+#     gpucourse.checks.ddp.LaunchPolicy)
+# c.Grading.message_bytes = 32 << 20  # the longest message (one JSON line) the sandbox's processes may send each
+#     other, in bytes (the job's message_bytes)
+# c.Grading.alarm_retry_seconds = 0.5  # how often a cell's or check's alarm repeats until it is taken, in seconds
+#     (one raised inside an at-fork hook is swallowed)
+# c.Grading.notebook_bytes = 20 << 20  # the largest submitted notebook the grader reads, in bytes; a larger one is a
+#     reason for a person, not a crash
+# c.Grading.seed = None  # the seed of the inputs the hidden checks draw at grading time; None: a new one per
+#     submission, from the operating system (each autograded notebook records its own in metadata.gpucourse.seed: set
+#     it here to grade again with the same inputs)
+# c.Grading.results_bytes = 8 << 20  # bytes the grader accepts from a run's results pipe
+# c.Grading.jobs = 0  # submissions graded at once; 0: one per CPU core (make grade GRADE_ARGS=--jobs=N overrides)
+# c.Grading.preload = True  # fork each sandbox from a preloaded Python per worker instead of starting Python and
+#     importing torch for every submission (GRADE_ARGS=--no-preload turns it off)
+# c.Grading.require_isolation = False  # refuse to grade where neither namespaces (root) nor bubblewrap can isolate
+#     the sandbox, instead of running it with its resource limits only
+# c.Grading.smoke = True  # run the graded notebooks' code at smoke size (GPUCOURSE_SMOKE=1 in the sandbox): grading
+#     needs the exercises' answers, not the lessons' measurements; default: the grader's own GPUCOURSE_SMOKE when set,
+#     else true
+# SandboxLimits: The resource limits of one submission's sandbox (``sandbox.Limits``, applied by ``sandbox.run``)
+# c.SandboxLimits.wall_seconds = 600.0  # wall-clock seconds for a whole submission (its cells and every check); at
+#     this limit the sandbox's process group is killed
+# c.SandboxLimits.cpu_seconds = 900  # CPU seconds of the sandbox's processes (RLIMIT_CPU)
+# c.SandboxLimits.memory_bytes = 6 << 30  # address space of each process in bytes (RLIMIT_AS); torch's CUDA build
+#     maps about 2 GB just importing
+# c.SandboxLimits.processes = 256  # processes and threads of the sandbox's user (RLIMIT_NPROC): bounds a fork bomb;
+#     workers, ranks and their threads fit
+# c.SandboxLimits.file_bytes = 256 << 20  # largest file a sandboxed process may write, in bytes (RLIMIT_FSIZE)
+# c.SandboxLimits.output_bytes = 1 << 20  # bytes of the sandbox's stdout and stderr kept for the log; the rest is
+#     counted and dropped
+# c.SandboxLimits.memory_max_bytes = 6 << 30  # memory of the whole sandbox in bytes, its /tmp and /dev/shm files
+#     included, no swap (cgroup memory.max); 0: none
+# c.SandboxLimits.tmpfs_bytes = 1 << 30  # size of each of an isolated sandbox's own /tmp and /dev/shm (tmpfs size=),
+#     in bytes, with or without cgroups; 0: the kernel's default, half the memory
+# c.SandboxLimits.pids_max = 512  # processes and threads of the whole sandbox (cgroup pids.max): bounds a fork bomb
+#     whoever runs beside it; 0: none
+# c.SandboxLimits.cpu_weight = 100  # the sandbox's share of the CPU against the sandboxes beside it (cgroup v2
+#     cpu.weight, 1-10000; v1 cpu.shares = weight * 1024 / 100): many processes get no more than one; 0: none
+# c.SandboxLimits.cpu_quota = 0.0  # the most CPUs the sandbox may keep busy at once (cgroup cpu.max); 0: no cap
+# SlurmGrading: `make grade GRADE_ARGS=--slurm`: the class split into shards, graded as one Slurm job array (one task
+#   per shard, each in the same sandboxes as the local pool, on its node), merged into one gradebook
+# c.SlurmGrading.enabled = False  # grade on Slurm, as one job array, instead of with this machine's pool
+#     (GRADE_ARGS=--slurm or --no-slurm overrides)
+# c.SlurmGrading.shard_size = 8  # submissions per array task; the array has one task per shard
+# c.SlurmGrading.partition = ''  # the partition the array runs in (sbatch --partition); empty: the cluster's default
+# c.SlurmGrading.gres = ''  # generic resources of each array task (sbatch --gres, e.g. gpu:1 where the exercises need
+#     a GPU); empty: none
+# c.SlurmGrading.time_minutes = 0  # Slurm's time limit of each array task (sbatch --time), after which Slurm stops it
+#     (a timeout, retried); 0: from its shard, SandboxLimits.wall_seconds per submission at the task's pace, plus 10
+#     minutes
+# c.SlurmGrading.cpus_per_task = 0  # CPUs of each array task (sbatch --cpus-per-task) and the submissions it grades
+#     at once; 0: ask for none and grade Grading.jobs at once (one per core of the grading machine when 0)
+# c.SlurmGrading.retries = 1  # submissions of a failed array task (non-zero exit, node failure, timeout) again, each
+#     resuming after the submissions it saved; then its ungraded submissions are flagged, with the reason
+# c.SlurmGrading.poll_seconds = 2.0  # seconds between looks at the array's results and at squeue
+# --- end of the settings ---
 
 # The test suite grades with a fixed seed (tests/conftest.py sets GPUCOURSE_GRADING_SEED), so that a CI run
 # is reproducible, as Hypothesis derandomizes in CI; a class is graded without it: a new seed per submission.

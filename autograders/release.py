@@ -19,6 +19,7 @@ import nbformat
 
 import gpucourse.checks as declarations
 
+from . import settings
 from .course import COURSE, EDITION, ROOT, SOLUTIONS, Edition, assignments, generated, load_edition, stamp
 from .self_check_key import KEY, write_key
 
@@ -113,6 +114,7 @@ def main(argv: list[str] | None = None) -> int:
     ids = release(args.solutions, args.course, args.only, edition=edition, stamp_sources=True)
     stamp_pyproject(ROOT / "pyproject.toml", edition)
     stamp_readme(ROOT / "README.md")
+    settings.write_listing()  # nbgrader_config.py's list of every grading setting, from the settings themselves
     write_key(args.solutions, KEY, only=args.only)  # --only: that assignment's entries, the others kept
     where = args.course.relative_to(ROOT) if args.course.is_relative_to(ROOT) else args.course
     print(f"released {len(ids)} assignment(s) into {where}: {', '.join(ids)}")

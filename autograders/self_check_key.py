@@ -3,8 +3,8 @@
 For every answer exercise (``kind="answer"``): run its answer cell from the solution notebook (an
 answer cell of that kind is plain assignments), and collect every answer the grader gives full
 marks. Where the grader accepts several (a range of worker counts, a code that counts either
-way), they are found by trying, part by part, every value of the form the exercise asks for (each
-tool for each workload, each set of codes for each case, ...) with the solution's other parts,
+way), they are found by trying, part by part, every value of the form the exercise asks for (its
+declaration's ``choices``: each tool for each workload, each set of codes for each case, ...) with the solution's other parts,
 keeping those that pass every public and hidden case, then confirming each combination. Each
 accepted answer is read as the grader reads it (``gpucourse.checks.self_check.normalized``) and
 stored as a salted sha256 only: the key file holds no answer in plain text.
@@ -20,7 +20,7 @@ import json
 import re
 import secrets
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any, Callable
 
 import nbformat
 
@@ -35,29 +35,6 @@ ABOUT = ("Self-check keys for the answer exercises, written by `make release`: "
          "No answer is stored in plain text; see gpucourse/checks/self_check.py for what this does and does not hide.")
 MAX_ANSWERS = 10_000  # accepted combinations per exercise: more means a part's candidates are too loose
 SOLUTION_MARKERS = re.compile(r"^[ \t]*### (BEGIN|END) SOLUTION[ \t]*\n?", re.M)
-
-
-def _subsets(items: Iterable[str]) -> list[set[str]]:
-    items = sorted(items)
-    return [set(c) for r in range(len(items) + 1) for c in itertools.combinations(items, r)]
-
-
-def _codes() -> list[str]:
-    from gpucourse.tensor_cores import CODES
-
-    return list(CODES)
-
-
-# For an exercise whose answer is a dict: for each of its keys, the values of the form its text asks
-# for. These are the form's values (what the public checks allow), never the answers: the grader's
-# own checks choose among them. Exercises not listed here have exactly one accepted answer, the solution's.
-CANDIDATES: dict[str, Callable[[dict], dict[Any, list]]] = {
-    "choose_tools": lambda sol: {k: ["serial", "threads", "processes", "asyncio"] for k in sol},
-    "case_answers": lambda sol: {k: _subsets(_codes()) for k in sol},
-    "loader_settings": lambda sol: {k: [{"pin_memory": pin, "num_workers": workers, "persistent_workers": keep}
-                                        for pin in (False, True) for workers in range(0, 33) for keep in (False, True)]
-                                    for k in sol},
-}
 
 
 def answer_cell_source(solutions: Path, exercise: public.Exercise) -> str:
@@ -95,10 +72,10 @@ def accepted_answers(solutions: Path, exercise: public.Exercise) -> list[Any]:
         raise SystemExit(f"{exercise.name}: the solution's answer does not pass its own checks")
     names = [a.name for a in exercise.answers]
     accepted = [ns]
-    if exercise.name in CANDIDATES and len(names) == 1 and isinstance(ns[names[0]], dict):
+    if exercise.choices is not None and len(names) == 1 and isinstance(ns[names[0]], dict):
         name, solution = names[0], ns[names[0]]
         parts = {}
-        for key, candidates in CANDIDATES[exercise.name](solution).items():
+        for key, candidates in exercise.choices(solution).items():
             parts[key] = [value for value in candidates if full_marks({**ns, name: {**solution, key: value}})]
             if not parts[key]:
                 raise SystemExit(f"{exercise.name}: no candidate for part {key!r} passes; the candidates miss the solution's form")

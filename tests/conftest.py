@@ -76,19 +76,20 @@ def notebook_param(path: Path, *values):
 @pytest.fixture(scope="session")
 def forked_launches():
     """Multi-process answers judged in the test process launch as the grader launches them: forked from a
-    clean copy of the runner (``autograders.worker.zygote.spawn``, one per pytest worker), protected as
-    in grading, instead of starting a Python per rank under ``torchrun`` (seconds of CPU each). The
-    ``torchrun`` path a student's own ``check()`` takes is what the notebooks and tests/test_ddp_scripts.py run."""
+    clean copy of the runner (tests/clean_copy.py, one per pytest worker), protected as in grading,
+    instead of starting a Python per rank under ``torchrun`` (seconds of CPU each). The ``torchrun`` path a
+    student's own ``check()`` takes is what the notebooks and tests/test_ddp_scripts.py run."""
+    import clean_copy
     from autograders.worker import zygote
     from gpucourse.checks import ddp
 
-    if not zygote.spawn():  # it said why on stderr; the launches then start torchrun, slower but the same
+    copy = clean_copy.start()
+    if copy is None:  # it said why on stderr; the launches then start torchrun, slower but the same
         yield None
         return
-    ddp.LAUNCHER = zygote.launch
-    yield zygote
-    ddp.LAUNCHER = None
-    zygote.stop()
+    with ddp.launch_policy(ddp.LaunchPolicy(launcher=zygote.launch)):
+        yield zygote
+    clean_copy.stop(copy)
 
 
 def pytest_addoption(parser):
@@ -97,12 +98,20 @@ def pytest_addoption(parser):
                           "in-process anyway); by default every right one and the first wrong one per exercise")
 
 
+# Modules that run in the xdist group of a notebook (``notebook_param``'s), not in one of their own:
+# tests/test_local_slurm.py holds lesson 10's local Slurm cluster (conftest.local_cluster) for minutes, and
+# lesson 10's notebook needs it too; on two workers one of them would wait, idle, for the other's lock.
+MODULE_GROUPS = {"test_local_slurm": "lesson10_beyond_one_machine"}
+
+
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own hook, which reads the groups to schedule by them
 def pytest_collection_modifyitems(items):
     """Under pytest-xdist, a module whose tests share a module-scoped fixture (a class graded once, a
     server started once) runs on one worker: split over two, each would build the fixture again."""
 
     for item in items:
+        if item.module.__name__ in MODULE_GROUPS and not item.get_closest_marker("xdist_group"):
+            item.add_marker(pytest.mark.xdist_group(MODULE_GROUPS[item.module.__name__]))
         info = getattr(item, "_fixtureinfo", None)
         shared = info and any(d.scope == "module" for defs in info.name2fixturedefs.values() for d in defs)
         if shared and not item.get_closest_marker("xdist_group"):
@@ -184,14 +193,16 @@ class NotebookFailed(Exception):
 _FAILED: dict[Path, str] = {}  # solution notebook -> why it failed, this pytest run
 
 
-def executed_solution(path: Path):
+def executed_solution(path: Path, wait: bool = True):
     """``path`` (a solution notebook) executed in the smoke setting, once per pytest run.
 
     The first caller runs it in a real kernel and saves it under ``EXECUTED``; every later caller, in any
     test file and in any order, reads that run (or gets its failure again) instead of running it twice.
     A test that needs an executed notebook calls this, so it never depends on another test having run.
+    With ``wait=False`` it returns None at once where another pytest worker is running the notebook (or
+    lesson 10's cluster is taken) instead of waiting for it (``executed_solutions``).
     """
-    from filelock import FileLock
+    from filelock import FileLock, Timeout
 
     path = Path(path)
     target = EXECUTED / path.relative_to(SOLUTIONS)
@@ -200,28 +211,53 @@ def executed_solution(path: Path):
     target.parent.mkdir(parents=True, exist_ok=True)
     # pytest-xdist workers share EXECUTED: the first to take the lock runs the notebook, the others wait
     # for its file instead of running it again beside it.
-    with FileLock(str(target.with_name(f".{target.name}.lock"))):
+    lock = FileLock(str(target.with_name(f".{target.name}.lock")))
+    try:
+        lock.acquire(timeout=-1 if wait else 0)
+    except Timeout:
+        return None
+    try:
+        if target.is_file() and target.stat().st_mtime >= SESSION_START:
+            return read(target)  # this run's execution: no cluster needed to read it
+        _raise_earlier_failure(path, target)
         if path.parent.name == "lesson10_beyond_one_machine":
-            with local_cluster():  # lesson 10 submits real jobs where a local Slurm can run
-                return _execute_once(path, target)
+            with local_cluster(wait=wait) as up:  # lesson 10 submits real jobs where a local Slurm can run
+                return None if up is None else _execute_once(path, target)
         return _execute_once(path, target)
+    finally:
+        lock.release()
+
+
+def executed_solutions(paths: list[Path]) -> list:
+    """Every notebook of ``paths`` executed (``executed_solution``), in the order given: first those no other
+    pytest worker is running, then the rest, waiting for them. A test that needs many notebooks (the book)
+    thus runs what is free instead of waiting for the other worker's notebook while its own core idles."""
+    runs = {path: executed_solution(path, wait=False) for path in paths}
+    return [runs[path] if runs[path] is not None else executed_solution(path) for path in paths]
 
 
 SLURM_LOCK = ROOT / "build" / ".local-slurm.lock"
 
 
 @contextmanager
-def local_cluster(required: bool = False):
+def local_cluster(required: bool = False, wait: bool = True):
     """Lesson 10's local Slurm (gpucourse.local_slurm), held by one test at a time (a lock shared by the
     pytest workers): started here where this machine can run it (root, slurm-wlm) and stopped after if it
     was down; yields whether it is up. Where it cannot start, ``required`` (or GPUCOURSE_REQUIRE_SLURM=1)
-    fails the caller instead of letting the lesson show its recorded run."""
-    from filelock import FileLock
+    fails the caller instead of letting the lesson show its recorded run. With ``wait=False`` it yields
+    None at once where another test holds it."""
+    from filelock import FileLock, Timeout
 
     from gpucourse import local_slurm
 
     SLURM_LOCK.parent.mkdir(parents=True, exist_ok=True)
-    with FileLock(str(SLURM_LOCK)):
+    lock = FileLock(str(SLURM_LOCK))
+    try:
+        lock.acquire(timeout=-1 if wait else 0)
+    except Timeout:
+        yield None
+        return
+    try:
         started = False
         if not local_slurm.is_up():
             problems = local_slurm.missing()
@@ -237,25 +273,46 @@ def local_cluster(required: bool = False):
         finally:
             if started:
                 local_slurm.stop(quiet=True)
+    finally:
+        lock.release()
+
+
+def _failure_note(target: Path) -> Path:
+    """Where a failed run of ``target``'s notebook leaves why, for the other pytest workers."""
+    return target.with_name(f".{target.name}.failed")
+
+
+def _raise_earlier_failure(path: Path, target: Path) -> None:
+    """NotebookFailed with its reason where this pytest run already ran ``path`` and it failed, on any worker."""
+    note = _failure_note(target)
+    if note.is_file() and note.stat().st_mtime >= SESSION_START:  # another worker's run failed: not again
+        _FAILED[path] = note.read_text()
+        raise NotebookFailed(_FAILED[path])
 
 
 def _execute_once(path: Path, target: Path):
-    from nbclient.exceptions import CellExecutionError
+    from nbclient.exceptions import CellExecutionError, CellTimeoutError, DeadKernelError
 
     if target.is_file() and target.stat().st_mtime >= SESSION_START:
         return read(target)
+    _raise_earlier_failure(path, target)
+    note = _failure_note(target)
     if not environment.smoke():
         raise NotebookFailed("run through `make test` (or `make test-fast`), which sets GPUCOURSE_SMOKE=1")
     nb = read(path)
     with tempfile.TemporaryDirectory() as workdir:
         try:
             execute_notebook(nb, workdir, timeout=900)
-        except CellExecutionError as error:
+        except (CellExecutionError, CellTimeoutError, DeadKernelError) as error:
+            # a timeout or a dead kernel too: each later caller would otherwise run the notebook again
             index = next((i for i, c in enumerate(nb.cells) if c.cell_type == "code"
                           and any(o.get("output_type") == "error" for o in c.get("outputs", []))), "?")
             head = nb.cells[index].source.splitlines()[0] if index != "?" else ""
-            _FAILED[path] = f"{path.relative_to(SOLUTIONS.parent)}: cell {index} ({head!r}) failed:\n{error}"
+            why = "" if isinstance(error, CellExecutionError) else f"{type(error).__name__}: "
+            _FAILED[path] = f"{path.relative_to(SOLUTIONS.parent)}: cell {index} ({head!r}) failed:\n{why}{error}"
+            note.write_text(_FAILED[path])
             raise NotebookFailed(_FAILED[path]) from None
+    note.unlink(missing_ok=True)
     save_executed(path, nb)
     return nb
 

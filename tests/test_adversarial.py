@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import shutil
 import time
 import uuid
@@ -22,7 +23,8 @@ from pathlib import Path
 import pytest
 
 from autograders import sandbox
-from conftest import AUTOGRADERS, COURSE, REQUIRE_ISOLATION, ROOT, SOLUTIONS, nbgrader_meta, read
+from conftest import (AUTOGRADERS, COURSE, EXECUTED, REQUIRE_ISOLATION, ROOT, SOLUTIONS, NotebookFailed,
+                      executed_solution, nbgrader_meta, read)
 
 pytestmark = pytest.mark.slow  # grades dozens of attack submissions in sandboxes: `make test`, not `make test-fast`
 
@@ -168,7 +170,7 @@ FORGED_LAUNCH = (
     " 'average': [1.5, 5.0], 'input_unchanged': True} for r in (0, 1)}\n"
     f"checks = {'gpucourse.checks.'[::-1]!r}[::-1]\n"
     "for o in gc.get_objects():\n    if type(o) is dict and o.get('__name__') == checks + 'ddp':\n"
-    "        key = (__exercise_sources__['average_across_ranks'], 2, checks + 'lesson01:drive_average_across_ranks', 'null')\n"
+    "        key = (o['_policy'].sources['average_across_ranks'], 2, checks + 'lesson01:drive_average_across_ranks', 'null')\n"
     "        o['_LAUNCHED'][key] = {'returncode': 0, 'ranks': reports, 'tail': ''}\n")
 
 # A common bug: a loop that swallows every exception, the cell's timeout too.
@@ -182,7 +184,10 @@ def _wrong_ranks_launching(reference: str, route: str) -> str:
             f"REFERENCE = {reference!r}\n"
             "def launch_the_reference(real):\n"
             "    def launch(ns, exercise, inputs=None):\n"
-            "        return real({**ns, '__exercise_sources__': {exercise: REFERENCE}}, exercise, inputs)\n"
+            "        import dataclasses\n"
+            "        g = real.__globals__  # the checks' launcher module: its launch policy, with the reference as the source\n"
+            "        with g['launch_policy'](dataclasses.replace(g['policy'](), sources={exercise: REFERENCE})):\n"
+            "            return real(ns, exercise, inputs)\n"
             "    return launch\n" + route)
 
 
@@ -408,13 +413,21 @@ def battle(tmp_path_factory):
         else:
             (folder / NOTEBOOK).symlink_to(attack["link"])
     # answers outside /tmp where a checkout keeps them: executed solution notebooks in build/, and a
-    # folder beside the checkout (the sandbox shows neither, wherever the checkout is)
-    planted = [ROOT / "build" / "executed" / ASSIGNMENT / NOTEBOOK, ROOT.parent / BESIDE / NOTEBOOK]
+    # folder beside the checkout (the sandbox shows neither, wherever the checkout is). The first is this
+    # pytest run's own execution of the lesson (conftest.executed_solution, which the notebook tests share):
+    # a copy planted there instead would pass, on another worker, for that execution (its file is this
+    # run's), and its removal after the batch would delete the real one, to be run again.
+    try:
+        executed_solution(SOLUTIONS / ASSIGNMENT / NOTEBOOK)
+    except NotebookFailed:
+        pass  # tests/test_notebooks.py reports it; a copy is planted below, dated as no run of this session
+    planted = [EXECUTED / ASSIGNMENT / NOTEBOOK, ROOT.parent / BESIDE / NOTEBOOK]
     made = [p for p in planted if not p.exists()]
     folders = [f for p in made for f in [*reversed(p.parents)] if not f.exists()]  # created here, removed after
     for path in made:
         path.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(SOLUTIONS / ASSIGNMENT / NOTEBOOK, path)
+        os.utime(path, (0, 0))  # older than this session: conftest.executed_solution never takes it for its run
     started = time.perf_counter()
     try:
         batch = grade.grade(submissions, results, jobs=2, limits=sandbox.Limits(wall_seconds=120))

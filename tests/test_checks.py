@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import select
@@ -68,7 +69,7 @@ def test_every_exercise_declares_its_answers():
     names = [a.name for answers in declared.values() for a in answers]
     assert len(names) == len(set(names)), "an answer's name must be unique across the course (answer() looks it up)"
     for answers in declared.values():
-        assert answers and all(a.kind in checks.KINDS and a.describes for a in answers)
+        assert answers and all(a.type in checks.TYPES and a.describes for a in answers)
 
 
 def _exercise_cells(nb) -> list[tuple[str, str, str]]:
@@ -120,7 +121,7 @@ def test_every_check_public_and_hidden_says_what_to_define():
     _all_exercises()
     for path in sorted(AUTOGRADERS.glob("checks/*.py")):
         hidden = engine.load_checks(path.stem)
-        for test, exercise in hidden.EXERCISE_OF_TEST.items():
+        for test, exercise in engine.exercise_of_test(path.stem).items():
             names = [a.name for a in checks.ANSWERS[exercise]]
             for case_id, case in engine.cases_for(hidden, exercise):
                 message = checks.run_case(case, {})
@@ -180,8 +181,9 @@ def test_script_exercise_is_not_launched_without_its_functions():
 
 def test_script_exercise_is_not_launched_while_unanswered():
     placeholder = "def average_gradients(model):\n    \"\"\"doc\"\"\"\n    # YOUR CODE HERE\n    raise NotImplementedError()\n"
-    ns = {"average_gradients": lambda model: None, "__exercise_sources__": {"average_gradients": placeholder}}
-    result = ddp.run_exercise_script(ns, "average_gradients")
+    ns = {"average_gradients": lambda model: None}
+    with ddp.launch_policy(ddp.LaunchPolicy(sources={"average_gradients": placeholder})):
+        result = ddp.run_exercise_script(ns, "average_gradients")
     assert result == {"returncode": "not run", "ranks": {}, "tail": "not answered yet: average_gradients"}
     answered = placeholder.replace("raise NotImplementedError()", "if model is None:\n        raise NotImplementedError()")
     assert ddp.unanswered(answered, ["average_gradients"]) == []
@@ -488,11 +490,11 @@ def judge_answer(exercise: str, source: str, filename: str = "<answer>", until: 
     # as in the runner (and a kernel), the namespace is a real __main__ module: its classes pickle
     main = types.ModuleType("__main__")
     ns = main.__dict__
-    ns["__exercise_sources__"] = {exercise: source}
     saved = sys.modules["__main__"]
     sys.modules["__main__"] = main
-    try:
-        return _judge_in(ns, hidden, exercise, source, filename, until)
+    try:  # the source passed in as the grader's worker passes it: its launch policy, launcher kept
+        with ddp.launch_policy(dataclasses.replace(ddp.policy(), sources={exercise: source})):
+            return _judge_in(ns, hidden, exercise, source, filename, until)
     finally:
         sys.modules["__main__"] = saved
 

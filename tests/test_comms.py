@@ -192,6 +192,12 @@ def test_figures_have_titles_and_labelled_axes_with_units(sweep):
         assert "a test CPU" in title and "2" in title and "gloo" in title  # the backend the rows say ran them
         for ax in fig.axes:
             assert "(" in ax.get_xlabel() and "(" in ax.get_ylabel(), (ax.get_xlabel(), ax.get_ylabel())
+    by_ranks = {2: fits, 3: {c: (2e-4, 8e8) for c in C.COLLECTIVES}, 4: {"all_reduce": (3e-4, 6e8)}}
+    fig = C.plot_fits_against_ranks(by_ranks, "a test CPU", "gloo")
+    assert "a test CPU" in fig._suptitle.get_text() and "gloo" in fig._suptitle.get_text()
+    for ax in fig.axes:
+        assert "(" in ax.get_xlabel() and "(" in ax.get_ylabel(), (ax.get_xlabel(), ax.get_ylabel())
+        assert [list(line.get_xdata()) for line in ax.get_lines()] == [[2, 3, 4], [2, 3], [2, 3]]  # a missing fit left out
     ax = C.plot_collective_times(rows, "a test CPU", 2, fits=fits).axes[0]
     assert ax.get_xscale() == "log" and ax.get_yscale() == "log"
     assert any("fit:" in t.get_text() for t in ax.get_legend().get_texts())

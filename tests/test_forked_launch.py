@@ -169,7 +169,7 @@ def test_the_grader_cannot_be_imported_from_the_source(launched):
 @pytest.mark.slow
 def test_torchrun_on_the_graded_rank_protects_it_too(tmp_path):
     """Where the runner could not fork its clean copy, graded launches start real torchrun on
-    autograders.worker.rank (ddp.LAUNCHER): the same gate and snapshot around the student's source."""
+    autograders.worker.rank (the launch policy's launcher): the same gate and snapshot around the student's source."""
     for name in ("imports_worker", "patches"):
         folder = tmp_path / name
         folder.mkdir()

@@ -143,7 +143,7 @@ def test_a_launch_that_fails_for_the_machine_is_tried_again_then_reported(monkey
 
     monkeypatch.setattr(ddp, "_launch_once", lambda *a: ({"returncode": 1, "ranks": {}, "tail": failures[0]}, failures[0]))
     record = ddp._launch("src", 2, "m:f")
-    assert record["infrastructure"] == f"RendezvousConnectionError in each of {ddp.TRIES} launches"
+    assert record["infrastructure"] == f"RendezvousConnectionError in each of {ddp.policy().tries} launches"
     notes = engine.infrastructure({engine.CaseRef("average_across_ranks", "public", 0): {"ok": True, "data": record}})
     assert notes and "RendezvousConnectionError" in notes[0]
 

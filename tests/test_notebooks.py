@@ -112,3 +112,68 @@ def test_setup_and_a_first_lightning_fit_write_nothing_to_stderr(tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     assert "fitted" in done.stdout
     assert done.stderr == "", done.stderr[-3000:]
+
+
+# The cache of executed notebooks (conftest.executed_solution) that every test above reads, on toy notebooks
+# with a stand-in for the kernel: what runs, how often, and in which order.
+
+def _toy_solutions(tmp_path, monkeypatch, names):
+    import conftest
+    import nbformat
+
+    monkeypatch.setattr(conftest, "SOLUTIONS", tmp_path / "solutions")
+    monkeypatch.setattr(conftest, "EXECUTED", tmp_path / "executed")
+    monkeypatch.setattr(conftest, "_FAILED", {})
+    paths = []
+    for name in names:
+        path = tmp_path / "solutions" / name / f"{name}.ipynb"
+        path.parent.mkdir(parents=True)
+        nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(f"print({name!r})")]), path)
+        paths.append(path)
+    return conftest, paths
+
+
+def test_a_failed_run_is_not_run_again_by_another_worker(tmp_path, monkeypatch):
+    from nbclient.exceptions import CellTimeoutError
+
+    conftest, [path] = _toy_solutions(tmp_path, monkeypatch, ["lesson98_toy"])
+    runs = []
+
+    def times_out(nb, cwd, timeout, allow_errors=False):
+        runs.append(cwd)
+        raise CellTimeoutError("A cell timed out while it was being executed")
+
+    monkeypatch.setattr(conftest, "execute_notebook", times_out)
+    for worker in ("this one", "another"):
+        monkeypatch.setattr(conftest, "_FAILED", {})  # another worker: nothing of the first failure in its memory
+        with pytest.raises(NotebookFailed, match="CellTimeoutError: A cell timed out"):
+            conftest.executed_solution(path)
+    assert len(runs) == 1, "the failed notebook ran again"
+
+
+def test_notebooks_another_worker_is_running_wait_until_the_free_ones_ran(tmp_path, monkeypatch):
+    import subprocess
+
+    conftest, [held, free] = _toy_solutions(tmp_path, monkeypatch, ["lesson97_held", "lesson98_free"])
+    order = []
+
+    def runs(nb, cwd, timeout, allow_errors=False):
+        order.append(nb.cells[0].source)
+        nb.cells[0].execution_count = 1
+
+    monkeypatch.setattr(conftest, "execute_notebook", runs)
+    lock = conftest.EXECUTED / "lesson97_held" / ".lesson97_held.ipynb.lock"
+    lock.parent.mkdir(parents=True)
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time\nfrom filelock import FileLock\n"
+                               f"with FileLock({str(lock)!r}):\n    print('held', flush=True)\n    time.sleep(3)"],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        assert conftest.executed_solution(held, wait=False) is None
+        done = conftest.executed_solutions([held, free])
+    finally:
+        holder.wait(timeout=60)
+    assert order == ["print('lesson98_free')", "print('lesson97_held')"], order
+    assert [nb.cells[0].execution_count for nb in done] == [1, 1]
+    assert conftest.executed_solution(held).cells[0].source == "print('lesson97_held')"  # read back, not run
+    assert len(order) == 2

@@ -41,6 +41,39 @@ def test_every_setting_is_listed_with_its_default_and_documented():
     assert {cls for cls, _ in listed} == {c.__name__ for c in settings.CLASSES}
 
 
+def test_the_listing_in_nbgrader_config_is_the_one_the_settings_write():
+    """nbgrader_config.py's list of settings is generated (``make release``: ``settings.write_listing``)."""
+    text = CONFIG.read_text()
+    start, end = text.index(settings.LISTING_START), text.index(settings.LISTING_END) + len(settings.LISTING_END)
+    assert text[start:end] == settings.listing(), "stale: run `make release` (settings.write_listing)"
+
+
+def test_the_job_declares_each_sandbox_setting_once_and_refuses_what_it_does_not_know():
+    """The traits' defaults are the job's (autograders/worker/job.py); the job the grader sends is checked
+    as the sandbox reads it: unknown fields, wrong types and non-positive budgets are refused by name."""
+    from autograders.worker.job import DEFAULTS, Job
+
+    grading = settings.Grading()
+    sent = grading.job_settings(600)
+    assert set(sent) == set(DEFAULTS.settings())
+    for trait, field in [("output_limit", "output_limit"), ("grace_seconds", "grace"), ("restarts", "restarts"),
+                         ("setup_seconds", "setup_seconds"), ("max_ranks", "max_ranks"),
+                         ("script_seconds", "script_seconds"), ("collective_seconds", "collective_seconds"),
+                         ("launch_tries", "launch_tries"), ("message_bytes", "message_bytes"),
+                         ("alarm_retry_seconds", "alarm_retry_seconds")]:
+        assert getattr(grading, trait) == getattr(DEFAULTS, field) == sent[field], trait
+    assert Job.parse({"cells": [], "restarts": 0}).restarts == 0
+    for bad, words in [({"cells": [], "grace": "10"}, "grace must be a number"),
+                       ({"cells": [], "max_ranks": 2.5}, "max_ranks must be an integer"),
+                       ({"cells": [], "launch_tries": 0}, "launch_tries must be positive"),
+                       ({"cells": [], "restarts": -1}, "restarts must be at least 0"),
+                       ({"cells": [], "graze": 10}, "unknown fields ['graze']"),
+                       ({"cells": "print(1)"}, "cells must be a list"),
+                       ([], "expected an object with cells")]:
+        with pytest.raises(ValueError, match=re.escape(words)):
+            Job.parse(bad)
+
+
 def test_the_defaults_are_the_sandbox_sides_constants():
     """A run without a job's settings (a student's own check) keeps the values the grader passes by default."""
     grading, limits = settings.Grading(), settings.SandboxLimits().limits()
@@ -48,7 +81,7 @@ def test_the_defaults_are_the_sandbox_sides_constants():
     assert grading.output_limit == runner.OUTPUT_LIMIT
     assert (grading.grace_seconds, grading.restarts, grading.setup_seconds, grading.max_ranks) == \
         (supervisor.GRACE, supervisor.RESTARTS, supervisor.SETUP_SECONDS, supervisor.MAX_RANKS)
-    assert grading.script_seconds == ddp.SCRIPT_TIMEOUT and grading.launch_tries == ddp.TRIES
+    assert (grading.script_seconds, grading.launch_tries) == (ddp.DEFAULT_POLICY.script_seconds, ddp.DEFAULT_POLICY.tries)
     assert timedelta(seconds=grading.collective_seconds) == launch.COLLECTIVE_TIMEOUT
     assert grading.cell_budget(600) == 100 and grading.cell_budget(3000) == 300
     assert grading.observe_budget(600) == 240 and grading.observe_budget(100) == 50
@@ -101,16 +134,20 @@ def test_a_configuration_file_sets_the_cell_budget_and_the_output_limit(tmp_path
 
 
 def test_the_job_sets_the_sandbox_sides_settings():
-    """What the grader passes in the job replaces the runner's, the supervisor's, ddp's and launch's constants."""
+    """What the grader passes in the job replaces the runner's and the supervisor's constants, reaches the
+    script launches as the worker's launch policy and every process as the collectives' timeout; the
+    course's module constants are left as they are."""
     observer = ("def observe(ns):\n    from gpucourse import launch\n    from gpucourse.checks import ddp\n"
-                "    return [ddp.SCRIPT_TIMEOUT, launch.COLLECTIVE_TIMEOUT.total_seconds(), ddp.TRIES]\n")
+                "    p = ddp.policy()\n"
+                "    return [p.script_seconds, launch.collective_timeout().total_seconds(), p.tries,\n"
+                "            launch.COLLECTIVE_TIMEOUT.total_seconds(), sorted(p.sources), p.launcher is not None]\n")
     records = _run_runner({"cells": [{"source": "print('y' * 500)", "grade_id": None}],
                            "observers": [{"case": "c", "source": observer, "function": "observe"}],
                            "cell_seconds": 30, "observe_seconds": 30, "output_limit": 25,
                            "script_seconds": 17, "collective_seconds": 5, "launch_tries": 1})
     assert records[0]["output"] == "y" * 25
     observation = next(r for r in records if r["type"] == "observation")
-    assert observation["ok"] and observation["data"] == [17, 5, 1], observation
+    assert observation["ok"] and observation["data"] == [17, 5, 1, 45, [], True], observation
 
 
 def test_the_job_sets_how_often_a_stuck_cell_is_restarted_after():

@@ -4,6 +4,7 @@ each on 2 or 3 gloo processes; the judges on records made here."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 
@@ -229,14 +230,15 @@ def test_reference_answer_passes_the_public_launch():
 
     from conftest import SOLUTIONS
     from gpucourse.checks import exercises
+    from gpucourse.checks import ddp
     from gpucourse.checks.ddp import run_exercise_script
 
     nb = nbformat.read(SOLUTIONS / "lesson13_sharded_data_parallel" / "sharded_data_parallel.ipynb", 4)
     source = next(c.source for c in nb.cells if c.get("metadata", {}).get("nbgrader", {}).get("grade_id") == "sharded_adam")
     ns = {"__name__": "student"}
     exec(compile(source, "student", "exec"), ns)
-    ns["__exercise_sources__"] = {"sharded_adam": source}
-    record = run_exercise_script(ns, "sharded_adam")
+    with ddp.launch_policy(dataclasses.replace(ddp.policy(), sources={"sharded_adam": source})):
+        record = run_exercise_script(ns, "sharded_adam")
     exercise = next(e for e in exercises() if e.name == "sharded_adam")
     assert [case.judge(record) for case in exercise.cases] == [None, None], record["tail"]
     for rank in record["ranks"].values():  # the shard: 3 * 541 elements at most, not Adam's 2 * 1082

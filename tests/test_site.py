@@ -1,8 +1,9 @@
 """The rendered course (`make site`): a Jupyter Book of the executed lessons, with no solution in it.
 
-The book is built from this pytest run's execution of each solution notebook (``conftest.executed_solution``,
+The book is built from this pytest run's execution of each solution notebook (``conftest.executed_solutions``,
 saved in build/executed/ and shared with tests/test_notebooks.py, so no lesson runs twice in one run; run
-alone, these tests execute what they need).
+alone, these tests execute what they need). Jupyter Book renders those files: it executes nothing
+(book/_config.yml).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import nbformat
 import pytest
 
 from browser import chrome, screenshot_on_failure
-from conftest import (AUTOGRADERS, COURSE, EXECUTED, ROOT, SOLUTIONS, NotebookFailed, executed_solution,
+from conftest import (AUTOGRADERS, COURSE, EXECUTED, ROOT, SOLUTIONS, NotebookFailed, executed_solutions,
                       notebooks, read)
 from test_release import MARKERS, _hidden_lines, _lines
 
@@ -37,13 +38,21 @@ def _title(rel: Path) -> str:
                 for line in c.source.splitlines() if line.startswith("# "))
 
 
+# Sphinx's smartquotes (on by default) shows a title's ' and " as typographic quotes: compare without them.
+_PLAIN_QUOTES = str.maketrans({"\u2018": "'", "\u2019": "'", "\u201c": '"', "\u201d": '"'})
+
+
+def _plain(text: str) -> str:
+    return text.translate(_PLAIN_QUOTES)
+
+
 @pytest.fixture(scope="module")
 def html(tmp_path_factory) -> Path:
-    for rel in LESSONS:
-        try:
-            executed = executed_solution(SOLUTIONS / rel)
-        except NotebookFailed as failure:
-            pytest.fail(f"the book needs every lesson executed: {failure}", pytrace=False)
+    try:  # the lessons no other worker is running first, so that this one never idles while one is left
+        runs = executed_solutions([SOLUTIONS / rel for rel in LESSONS])
+    except NotebookFailed as failure:
+        pytest.fail(f"the book needs every lesson executed: {failure}", pytrace=False)
+    for rel, executed in zip(LESSONS, runs):
         stale = make_book.stale_cells(read(COURSE / rel), executed)
         assert not stale, f"{rel}: cells {stale} of the release differ from the solution run (run `make release`)"
     site = tmp_path_factory.mktemp("site")
@@ -103,7 +112,7 @@ def test_every_lesson_has_a_page_with_outputs_and_figures(html):
     figures = 0
     for rel in LESSONS:
         page = _page(html, rel)
-        assert _title(rel) in unescape(page), f"{rel}: the page does not carry the lesson's title"
+        assert _plain(_title(rel)) in _plain(unescape(page)), f"{rel}: the page does not carry the lesson's title"
         assert "cell_output" in page, f"{rel}: no executed output on the page"
         assert "YOUR CODE HERE" in page or "YOUR ANSWER HERE" in page, f"{rel}: exercise stubs are missing"
         images = re.findall(r'<img[^>]+src="([^"]*_images/[^"]+)"', page)
@@ -201,17 +210,17 @@ def test_the_site_opens_in_a_browser_and_navigates_to_a_lesson(html):
     with chrome() as driver, screenshot_on_failure(driver, "site"):
         driver.get((html / "index.html").as_uri())
         WebDriverWait(driver, 30).until(lambda d: d.find_elements(By.CSS_SELECTOR, "nav.bd-docs-nav a"))
-        listed = [a.get_attribute("textContent").strip()
+        listed = [_plain(a.get_attribute("textContent").strip())
                   for a in driver.find_elements(By.CSS_SELECTOR, "nav.bd-docs-nav a")]
         for rel in LESSONS:
-            assert _title(rel) in listed, f"the lesson list does not show {_title(rel)!r}: {listed}"
+            assert _plain(_title(rel)) in listed, f"the lesson list does not show {_title(rel)!r}: {listed}"
         first = next(a for a in driver.find_elements(By.CSS_SELECTOR, "nav.bd-docs-nav a")
-                     if a.get_attribute("textContent").strip() == _title(LESSONS[0]))
+                     if _plain(a.get_attribute("textContent").strip()) == _plain(_title(LESSONS[0])))
         driver.execute_script("arguments[0].click();", first)
         target = LESSONS[0].with_suffix(".html").as_posix()
         WebDriverWait(driver, 30).until(lambda d: d.current_url.endswith(target))
         heading = driver.find_element(By.CSS_SELECTOR, "article h1")
-        assert _title(LESSONS[0]) in heading.text
+        assert _plain(_title(LESSONS[0])) in _plain(heading.text)
         figure = driver.find_element(By.CSS_SELECTOR, ".cell_output img")
         driver.execute_script("arguments[0].scrollIntoView();", figure)
         WebDriverWait(driver, 30).until(lambda d: d.execute_script(

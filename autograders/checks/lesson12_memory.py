@@ -31,14 +31,17 @@ def parameter_counts(model) -> tuple[int, int, int]:
 
 
 def reference_training_bytes(model, recipe, stage=0, world_size=1):
-    """The exercise's text, read as the course's solution reads it: a stage is valid when it equals 0, 1,
-    2 or 3; world_size must be an int (not a bool) of at least 1. Where the text allows another reading
-    (a bool or a NumPy int as stage or world_size), the draws list it as an alternative (``also``)."""
+    """The exercise's text: ValueError for a recipe other than the three strings (of any type); TypeError for a
+    stage or world_size that is not an int (a bool, a float even if whole, a str, None, a NumPy integer);
+    ValueError for an int stage other than 0-3 or an int world_size below 1."""
     if not isinstance(recipe, str) or recipe not in RECIPES:
         raise ValueError(f"unknown recipe {recipe!r}")
+    for name, value in (("stage", stage), ("world_size", world_size)):
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise TypeError(f"{name} must be an int, not {type(value).__name__}")
     if stage not in (0, 1, 2, 3):
         raise ValueError(f"stage {stage!r}")
-    if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
+    if world_size < 1:
         raise ValueError(f"world_size {world_size!r}")
     P, P_t, T_t = parameter_counts(model)
 
@@ -181,9 +184,9 @@ def draw_zero(rng):
 
 def draw_bad_arguments(rng):
     """Each way out of the domain, named values first: recipes other than the three strings (another case,
-    spaces, 'fp16', None, a number), stages other than 0-3 (4, -1, 1.5, '1', None, huge), world sizes that
-    are not an int >= 1 (0, -2, 2.0, 0.5, '2', None); then random ones. Where the text allows two readings
-    (a bool, a NumPy int, 2.0 as the stage; a bool or a NumPy int as world_size), either is accepted."""
+    spaces, 'fp16', None, a number): ValueError; int stages other than 0-3 (4, -1, huge) and int world sizes
+    below 1 (0, -2, huge): ValueError; stages and world sizes that are not ints (1.5, 2.0, '1', None, True,
+    False, a NumPy integer): TypeError; then random ones."""
     import numpy
 
     spec = {"widths": [5, 3], "seed": 0}
@@ -202,12 +205,12 @@ def draw_bad_arguments(rng):
         bad.append(call(recipe, stage=rng.randint(0, 3),
                         world_size=rng.choice([-rng.randint(0, 100), float(rng.randint(1, 64)), rng.random()])))
     calls = [{"spec": spec, "device": rng.choice(["cpu", "meta"]), **c} for c in bad]
-    # two readings: the solution's (equality for the stage, an int that is not a bool for world_size) or the other
-    for stage, other in ((True, "ValueError"), (False, "ValueError"), (numpy.int64(2), "ValueError"), (2.0, "ValueError")):
-        calls.append({"spec": spec, "device": "meta", **call("fp32", stage, 3), "also": [other]})
-    for world, plain in ((True, 1), (numpy.int64(3), 3)):
-        calls.append({"spec": spec, "device": "meta", **call("bf16", 3, world), "also": [call("bf16", 3, plain)],
-                      "numpy_ok": True})
+    # not ints, though Python compares them equal to one (True == 1, 2.0 == 2): TypeError, as the text says
+    for stage in (True, False, numpy.int64(2), 2.0):
+        calls.append({"spec": spec, "device": "meta", **call("fp32", stage, 3)})
+        calls.append({"spec": spec, "device": "meta", **call("amp", stage=stage, world_size=2)})
+    for world in (True, numpy.int64(3), 4.0):
+        calls.append({"spec": spec, "device": "meta", **call("bf16", 3, world)})
     return calls
 
 
@@ -220,8 +223,8 @@ def observe_training_bytes_calls(ns, calls):
 def _outcome(model, spec_call):
     try:
         return reference_training_bytes(model, *rebuild(spec_call["args"]), **rebuild(spec_call["kwargs"]))
-    except ValueError:
-        return "ValueError"
+    except (ValueError, TypeError) as error:
+        return type(error).__name__
 
 
 def _shown(c, model_words):
@@ -247,7 +250,7 @@ def judge_training_bytes(label):
                      f"{', on the meta device' if c.get('device') == 'meta' else ''})")
             wants = [_outcome(model, c)]
             for other in c.get("also", []):
-                wants.append(other if other == "ValueError" else _outcome(model, other))
+                wants.append(other if other in ("ValueError", "TypeError") else _outcome(model, other))
             found = bytes_verdict(got, wants, f"{label}: {_shown(c, words)}", numpy_ok=bool(c.get("numpy_ok")))
             if found:
                 return found
@@ -264,8 +267,9 @@ HIDDEN = {"training_bytes": [
          judge_training_bytes("model with frozen parameters"), draw=draw_frozen),
     Case("ZeRO stages 0-3 on 1 to 1000 ranks, sizes not divisible (ceil), meta-device models up to 10^9 parameters",
          observe_training_bytes_calls, judge_training_bytes("sharded"), draw=draw_zero),
-    Case("bad arguments: ValueError for a recipe other than the three strings, a stage other than 0-3, "
-         "a world_size that is not an int >= 1", observe_training_bytes_calls, judge_training_bytes("bad arguments"),
+    Case("bad arguments: ValueError for a recipe other than the three strings, an int stage other than 0-3, "
+         "an int world_size < 1; TypeError for a stage or world_size that is not an int (bool, float, str, NumPy)",
+         observe_training_bytes_calls, judge_training_bytes("bad arguments"),
          draw=draw_bad_arguments),
 ]}
 
@@ -508,8 +512,11 @@ CLAUSES = {
         "a sharded quantity of n elements: ceil(n / world_size) per rank (params shard P, grads and state P_t)":
             [_T[3].name],
         "ValueError for a recipe other than the three strings 'fp32', 'amp', 'bf16'": [_T[4].name],
-        "ValueError for a stage other than 0, 1, 2, 3": [_T[4].name],
-        "ValueError for a world_size that is not an int of at least 1": [_T[4].name],
+        "ValueError for an int stage other than 0, 1, 2, 3": [_T[4].name],
+        "ValueError for an int world_size below 1": [_T[4].name],
+        "TypeError for a stage or world_size that is not an int: a bool, a float (even 2.0), a str, None, "
+        "a NumPy integer": [_T[4].name],
+        "sharding pads each quantity as one flat buffer (ZeRO's padding), not per parameter (FSDP2's)": [_T[3].name],
     },
     "choose_segments": {
         "blocks: an nn.Sequential of n >= 1 blocks": [_C[0].name, _C[4].name],
@@ -517,7 +524,8 @@ CLAUSES = {
         "a plan: k = 1..n segments of checkpoint_sequential(blocks, k, x, use_reentrant=False)": [C_PUBLIC, _C[0].name],
         "saved bytes: distinct storages saved for backward, each once, the parameters' storages left out":
             [_C[1].name, _C[0].name],
-        "cost: (k - 1) * (n // k) blocks recomputed": [_C[2].name, _C[0].name],
+        "cost, by the exercise's definition: (k - 1) * (n // k) blocks recomputed (a count, not a time)":
+            [_C[2].name, _C[0].name],
         "fits: saved bytes <= budget_bytes": [_C[1].name, _C[0].name],
         "the lowest cost among the plans that fit, then fewer saved bytes, then the fewest segments": [_C[2].name],
         "returns the number of segments, an int": [C_PUBLIC, _C[0].name],

@@ -5,7 +5,8 @@ is judged first; a submission that fails it is not launched again, and the hidde
 public record's failure. Otherwise two more launches, with inputs drawn at grading time (``Case.draw``):
 2 ranks on models whose parameter count 2 divides and does not, and 3 ranks on models of every remainder
 and of fewer parameters than processes; other Adam settings, steps and ways of building the optimizer
-(keywords, positional, the text's defaults). The judges train DDP + Adam themselves (``reference_weights``,
+(keywords, positional, the text's defaults); in each launch a last run whose steps leave some parameters
+without .grad on one rank or on all (the text: zeros there). The judges train DDP + Adam themselves (``reference_weights``,
 on this side only) to know the expected weights. Three launches per submission, as before.
 """
 
@@ -27,13 +28,21 @@ def reference_weights(inputs, run, world_size):
     s = run_settings(inputs, run)
     widths = s["widths"]
     model = build_model(widths, s["seed"])
-    adam = torch.optim.Adam(model.parameters(), lr=s["lr"], betas=tuple(s["betas"]), eps=s["eps"])
+    params = list(model.parameters())
+    adam = torch.optim.Adam(params, lr=s["lr"], betas=tuple(s["betas"]), eps=s["eps"])
     after = []
     for step in range(s["steps"]):
-        adam.zero_grad()
+        mean = [torch.zeros_like(p) for p in params]
         for rank in range(world_size):
+            adam.zero_grad(set_to_none=True)
             x, y = rank_rows(widths, s["seed"], step, rank, s["rows"])
             (F.mse_loss(model(x), y) / world_size).backward()
+            dropped = {d["param"] for d in s.get("drop", []) if d["step"] == step and rank in d["ranks"]}
+            for i, p in enumerate(params):
+                if i not in dropped:  # the text: a parameter without .grad counts as zeros on that process
+                    mean[i] += p.grad
+        for p, g in zip(params, mean):
+            p.grad = g  # a tensor (zeros where every process dropped it), never None: Adam updates every parameter
         adam.step()
         after.append([float(w) for p in model.parameters() for w in p.detach().reshape(-1)])
     return after
@@ -86,11 +95,30 @@ def _drawn_run(rng, widths, how):
     return run
 
 
+def _drops(rng, widths, steps, world_size):
+    """Which parameters lose their .grad, where: at the first step one tensor on every rank (the mean is zero
+    there; an answer that cannot take a missing .grad then fails on every rank alike, and no rank is left
+    waiting in a collective), at the second one on one rank only, then a few at random."""
+    tensors = 2 * (len(widths) - 1)
+    drops = [{"step": 0, "param": rng.randrange(tensors), "ranks": list(range(world_size))}]
+    if steps > 1:
+        drops.append({"step": 1, "param": rng.randrange(tensors), "ranks": [rng.randrange(world_size)]})
+    for step in range(2, steps):
+        if rng.random() < 0.5:
+            drops.append({"step": step, "param": rng.randrange(tensors),
+                          "ranks": sorted(rng.sample(range(world_size), rng.randint(1, world_size)))})
+    return drops
+
+
 def _drawn_launch(rng, world_size, widths_list):
+    """The runs of one launch, then one more whose steps leave some parameters without .grad on some ranks."""
     hows = ["keywords", "positional", rng.choice(["defaults", "lr_only"])] + ["keywords"] * (len(widths_list) - 3)
     rng.shuffle(hows)
     runs = [_drawn_run(rng, widths, how) for widths, how in zip(widths_list, hows)]
-    return {"world_size": world_size, "launch": {"runs": runs}}
+    missing = _drawn_run(rng, _widths(rng, world_size), "keywords")
+    missing["steps"] = rng.randint(3, 5)
+    missing["drop"] = _drops(rng, missing["widths"], missing["steps"], world_size)
+    return {"world_size": world_size, "launch": {"runs": runs + [missing]}}
 
 
 def draw_two_ranks(rng):
@@ -128,11 +156,12 @@ def judge_drawn_launch(d, inputs):
 
 HIDDEN = {
     "sharded_adam": [
-        Case("2 ranks, drawn models (a parameter count 2 does not divide, and one it does), Adam settings and "
-             "ways to build it: DDP + Adam's weights on every rank, only a shard of optimizer state",
+        Case("2 ranks, drawn models (a parameter count 2 does not divide, and one it does), Adam settings, "
+             "ways to build it, parameters without .grad: DDP + Adam's weights on every rank, only a shard of "
+             "optimizer state",
              observe_drawn_launch, judge_drawn_launch, draw=draw_two_ranks),
-        Case("3 ranks, drawn models (every remainder of P / 3, fewer parameters than processes): DDP + Adam's "
-             "weights on every rank, only a shard of optimizer state",
+        Case("3 ranks, drawn models (every remainder of P / 3, fewer parameters than processes), parameters "
+             "without .grad: DDP + Adam's weights on every rank, only a shard of optimizer state",
              observe_drawn_launch, judge_drawn_launch, draw=draw_three_ranks),
     ],
 }
@@ -217,6 +246,8 @@ CLAUSES = {
         "any P, divisible by the number of processes N or not (also P < N)": [_S[0].name, _S[1].name],
         "any N (2 and 3 processes)": [_S_PUBLIC[0], _S[1].name],
         "the parameters' dtype (float64 in the check)": [_S_PUBLIC[0], _S[0].name],
+        "a parameter whose .grad is None on a process counts as zeros there: it enters the mean, and Adam still "
+        "updates it, even when the mean is zero on every process": [_S[0].name, _S[1].name],
     },
     "shard_range": {
         "returns (start, stop), a tuple of two ints": [PUBLIC_CASE, HIDDEN["shard_range"][0].name],

@@ -18,11 +18,10 @@ from gpucourse.checks import Case
 from gpucourse.checks.lesson16 import describe_layout, shown_result
 
 # --- latest_complete_checkpoint ---------------------------------------------------------------------------
-# How the text is read where it could be read two ways: "N written in decimal without leading zeros" says how
-# the training script names its folders; the rule is "a name that is exactly step_ followed by decimal digits".
-# So step_007 counts, as N = 7, and the path returned is that folder's own (root / "step_007"); where step_7 and
-# step_007 are both complete and the largest, either is right. Decimal digits are drawn as ASCII 0-9 only (the
-# text does not say whether other Unicode decimal digits count), and a .metadata that is a folder is not drawn.
+# The text's rule: a name that is exactly step_ followed by ASCII digits 0-9, leading zeros allowed. So step_007
+# counts, as N = 7, and the path returned is that folder's own (root / "step_007"); where step_7 and step_007
+# are both complete and the largest, either is right (the text says so). Non-ASCII decimal digits (step_٩٩,
+# which int() reads as 99) are drawn as lookalikes to ignore. A .metadata that is a folder is not drawn.
 
 STEP_NAME = re.compile(r"step_([0-9]+)")
 
@@ -142,9 +141,9 @@ def _lookalikes(n):
 
 
 def draw_lookalikes(rng):
-    """Names that are not exactly step_ followed by decimal digits, complete and with larger N than the answer
-    (step_7_tmp, Step_7, step_+7, "step_7 ", step_1_000 which int() reads as 1000, step_7.0...), step_-1 as the only
-    complete one, and step_<N> files."""
+    """Names that are not exactly step_ followed by ASCII digits, complete and with larger N than the answer
+    (step_7_tmp, Step_7, step_+7, "step_7 ", step_1_000 which int() reads as 1000, step_7.0, step_٩٩ with non-ASCII
+    digits...), step_-1 as the only complete one, and step_<N> files."""
     layouts = [
         _layout(rng, [["step_-1", "dir", True, 1], ["step_2", "dir", False, 2]]),
         _layout(rng, [["step_-5", "dir", True, 1], ["step_3", "dir", True, 50]]),
@@ -152,6 +151,7 @@ def draw_lookalikes(rng):
         _layout(rng, [["step_7_tmp", "dir", True, 1], ["step_6", "dir", True, 50]]),
         _layout(rng, [["Step_7", "dir", True, 1], ["step_6", "dir", True, 50]]),
         _layout(rng, [["step_80", "file", False, 1], ["step_8", "dir", True, 50]]),
+        _layout(rng, [["step_٩٩", "dir", True, 1], ["step_12", "dir", True, 50]]),  # Arabic-Indic 99: not ASCII
     ]
     for _ in range(8):
         answer = rng.randint(0, 500)
@@ -222,7 +222,7 @@ def draw_none(rng):
 HIDDEN = {"latest_complete_checkpoint": [
     Case("generated layouts: the largest N as a number (0 to 30 digits), complete, whatever the modification times",
          observe_layout_calls, judge_layouts, draw=draw_generated),
-    Case("names that are not exactly step_ then decimal digits are ignored (step_7_tmp, Step_7, step_-1, step_+7, files)",
+    Case("names that are not exactly step_ then ASCII digits are ignored (step_7_tmp, Step_7, step_-1, step_+7, step_٩٩, files)",
          observe_layout_calls, judge_layouts, draw=draw_lookalikes),
     Case("nested folders: only the folders directly under root count", observe_layout_calls, judge_layouts,
          draw=draw_nested),
@@ -349,9 +349,11 @@ CLAUSES = {
         "returns the folder's path, root / 'step_<N>', as a pathlib.Path or a str": [PUBLIC_LATEST, _L[0], _L[3]],
         "only folders count (files named step_<N> are ignored)": [_L[1], _L[4]],
         "only folders directly under root count (nested layouts)": [_L[2]],
-        "the name is exactly step_ followed by decimal digits; anything else is ignored "
-        "(step_12.tmp, step_3_old, ckpt_9, Step_4, step_, latest, step_-1, step_+7, step_7_tmp)": [PUBLIC_LATEST, _L[1]],
-        "N is the decimal digits read as a number, leading zeros included (step_007 is 7)": [_L[3]],
+        "the name is exactly step_ followed by ASCII digits 0-9; anything else is ignored "
+        "(step_12.tmp, step_3_old, ckpt_9, Step_4, step_, latest, step_-1, step_+7, step_7_tmp, step_٩٩)": [PUBLIC_LATEST, _L[1]],
+        "N is the digits read as a number, leading zeros allowed (step_007 counts, as 7)": [_L[3]],
+        "a folder with leading zeros is returned as it is named (root / 'step_007'); on a tie for the largest N "
+        "(step_7 and step_007) either": [_L[3]],
         "complete means the folder itself holds a .metadata file; others never count": [PUBLIC_LATEST, _L[0], _L[2]],
         "newest is the largest N as a number (step_9 < step_10 < step_100, N of any size), "
         "not the largest name as text nor the most recently modified": [PUBLIC_LATEST, _L[0]],

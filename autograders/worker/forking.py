@@ -24,6 +24,8 @@ import sys
 import time
 import traceback
 
+from .job import DEFAULTS
+
 
 def fork_safe() -> str | None:
     """Why forking this process is unsafe, or None when it is safe: a fork copies only the thread that
@@ -53,7 +55,7 @@ def in_child(run, code: int = 1) -> None:
         os._exit(code)
 
 
-MESSAGE_LIMIT = 32 << 20  # bytes of one JSON line on a channel
+MESSAGE_LIMIT = DEFAULTS.message_bytes  # bytes of one JSON line on a channel (the job's message_bytes)
 
 
 class Channel:

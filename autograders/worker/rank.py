@@ -4,7 +4,7 @@
 
 The zygote's forked ranks call ``main`` (``zygote._rank``); where the runner could not fork its
 clean copy, graded launches start real ``torchrun`` on this module instead (``torchrun``, which the
-worker installs as ``gpucourse.checks.ddp.LAUNCHER``). Either way a graded rank protects what it
+worker passes in its ``gpucourse.checks.ddp.LaunchPolicy``). Either way a graded rank protects what it
 observes as the runner does: the student's source runs with the modules of ``gpucourse.checks`` and
 ``autograders`` closed (``snapshot.Gate``), and whatever it or the student's functions patch in the
 course, torch, Lightning, numpy or the standard library is put back (``snapshot.Snapshot``) before
@@ -17,6 +17,7 @@ unprotected: there is no adversary there, only the student's own code.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import sys
 from pathlib import Path
@@ -55,17 +56,31 @@ class Protection:
 
 
 def main(student: str, out: str, driver: str, report: int | None = None) -> None:
-    """``ddp_harness.main`` with ``Protection``."""
-    ddp_harness.main(student, out, driver, report=report, protect=Protection)
+    """``ddp_harness``'s steps with ``Protection`` around the student's source and the driver; the
+    record goes to ``report`` (the pipe the forked launcher handed this rank alone), else to
+    ``OUT/rank<RANK>.json`` as the harness writes it."""
+    drive_, inputs = ddp_harness.load_driver(driver, out)
+    dumps, write = json.dumps, Path(out, f"rank{os.environ['RANK']}.json").write_text  # before the student's code
+    guard = Protection()  # after the driver's import: its snapshot holds the driver
+    with guard.source():
+        namespace = ddp_harness.run_source(student)
+    with guard.driver():
+        record = ddp_harness.drive(drive_, namespace, inputs)
+    if report is None:
+        write(dumps(record))
+        return
+    data = memoryview((dumps(record) + "\n").encode())
+    while data:
+        data = data[os.write(report, data):]
+    os.close(report)
 
 
 def torchrun(target: list[str], nproc: int, timeout: float, cwd: str, source: str | None = None):
-    """A graded launch without the clean copy: real ``torchrun`` on this module (``ddp.LAUNCHER``'s
-    signature; ``source`` is already in ``target[0]``)."""
+    """A graded launch without the clean copy: real ``torchrun`` on this module (a
+    ``gpucourse.checks.ddp.LaunchPolicy`` launcher; ``source`` is already in ``target[0]``)."""
     path = os.pathsep.join(filter(None, [PACKAGE_ROOT, os.environ.get("PYTHONPATH")]))
     return start_torchrun(["-m", "autograders.worker.rank", *target], nproc=nproc,
                           timeout=timeout, cwd=cwd, env={"PYTHONPATH": path})
-
 
 if __name__ == "__main__":
     main(*sys.argv[1:4])

@@ -2,9 +2,8 @@
 
     python -m autograders.worker RESULTS_FD OBSERVERS_FD < job.json
 
-``job.json``: ``{"cells": [{"source", "grade_id"}], "cell_seconds", "observe_seconds"}``, and
-optionally the grader's other settings (``output_limit``, ``grace``, ``restarts``, ``setup_seconds``,
-``max_ranks``, ``script_seconds``, ``collective_seconds``, ``launch_tries``: ``supervisor._settings``); the
+``job.json``: ``{"cells": [{"source", "grade_id"}], ...}``, the grader's settings beside the cells, each
+field declared once with its default in ``job.Job`` (which refuses unknown fields and wrong types); the
 observers (``[{"case", "source", "function"}]``, and ``"inputs"`` for a case that draws them) come on
 OBSERVERS_FD, read only once the cells are done (tests may put them in the job as ``"observers"`` and
 leave OBSERVERS_FD out).
@@ -36,7 +35,8 @@ Why it looks like this:
   folder: a module the student wrote there is not what an observer imports;
 - observations leave as JSON, never pickle; judging happens in the grader's process;
 - multi-process exercises fork their launcher and ranks from a copy of this process taken before
-  the first cell (``zygote``, installed as ``gpucourse.checks.ddp.LAUNCHER``), instead of starting a
+  the first cell (``zygote``, the launcher of the ``gpucourse.checks.ddp.LaunchPolicy`` the worker
+  installs for its whole run, with the exercises' sources as the job holds them), instead of starting a
   Python and importing torch per rank; every rank runs the harness protected as the cells are
   (``rank``);
 - processes a cell leaves behind live on, as in a kernel (a forkserver, a pool's resource tracker,
@@ -71,10 +71,11 @@ from gpucourse.checks import AnswerError, ddp
 
 from . import audit, rank, zygote
 from .forking import Channel
+from .job import DEFAULTS
 from .snapshot import Gate, Snapshot, in_scope
 
 
-OUTPUT_LIMIT = 20_000  # characters of each cell's output kept for the feedback
+OUTPUT_LIMIT = DEFAULTS.output_limit  # characters of each cell's output kept for the feedback (the job's)
 
 
 class CellTimeout(BaseException):
@@ -82,7 +83,7 @@ class CellTimeout(BaseException):
 
 
 _ALARM = {"armed": False}
-RETRY_SECONDS = 0.5
+RETRY_SECONDS = DEFAULTS.alarm_retry_seconds  # the job's alarm_retry_seconds
 
 
 def _on_alarm(signum, frame):
@@ -318,8 +319,7 @@ def run_cells(cells: list[dict], seconds: float, emit, taken: Snapshot, start: i
     main_module = types.ModuleType("__main__")
     sys.modules["__main__"] = main_module
     namespace = main_module.__dict__
-    namespace.update({"__builtins__": builtins,
-                      "__exercise_sources__": {c["grade_id"]: c["source"] for c in cells if c.get("grade_id")}})
+    namespace.update({"__builtins__": builtins})
     for index, cell in enumerate(cells):
         if index in skipped:
             continue
@@ -389,9 +389,11 @@ def _close_all_but(keep: set[int]) -> None:
 
 
 def _work(cells: list[dict], cell_seconds: float, observe_seconds: float, start: int, skipped: set[int],
-          up_fd: int, down_fd: int, namespace_init: bool = False, zygote_pid: int | None = None) -> None:
+          up_fd: int, down_fd: int, namespace_init: bool = False, zygote_pid: int | None = None,
+          launch_settings: dict | None = None) -> None:
     """The worker: the cells, then one check at a time as the supervisor sends them. It holds no
-    results channel and no observer until the cells are done, and reports only to the supervisor."""
+    results channel and no observer until the cells are done, and reports only to the supervisor.
+    ``launch_settings``: the job's ``tries`` and ``script_seconds`` for script exercises' launches."""
     if zygote_pid:  # launches go through the supervisor to the clean copy; the copy's own pipes are dropped
         zygote.relay(Channel(write=up_fd), Channel(read=down_fd))
     _close_all_but({up_fd, down_fd})
@@ -403,29 +405,32 @@ def _work(cells: list[dict], cell_seconds: float, observe_seconds: float, start:
     become_subreaper()
     signal.signal(signal.SIGALRM, _on_alarm)
     quiet = Quiet()
-    # Graded launches: forked from the clean copy, or (no copy) torchrun on the protected rank. Set before
-    # the snapshot, so that every cell's restore puts it back.
-    ddp.LAUNCHER = zygote.launch if zygote_pid else rank.torchrun
-    gate = Gate()
-    gate.close()
-    while_cells = Snapshot(closed=gate.modules)  # the gate is part of what every cell's restore puts back
-    namespace = run_cells(cells, cell_seconds, up.send, while_cells, start, skipped,
-                          announce=lambda index: up.send({"type": "start", "index": index}))
-    while_cells.restore()
-    while_cells.restore_environment()
-    gate.open()
-    ddp._LAUNCHED.clear()  # launches are the checks' own, made while they run
-    taken = Snapshot()
-    up.send({"type": "ready", "problems": quiet.problems(), "tampering": audit.findings()})
-    while True:
-        message = down.receive()
-        if message.get("type") != "observe":
-            os._exit(0)
-        record = run_observer(message, namespace, observe_seconds)
-        taken.restore()  # the student's code ran again: what it patched must not reach the next observer
-        taken.restore_environment()
-        if not record.get("ok") and str(record.get("error", "")).startswith("ran longer than"):
-            kill_strays(FREEZE["keep"])  # a check out of time: what its call started must not run on
-        up.send({"type": "observation", "id": message["id"], "record": record, "problems": quiet.problems(),
-                 "tampering": audit.findings()})
-
+    # Graded launches: forked from the clean copy, or (no copy) torchrun on the protected rank, on the
+    # sources as the job holds them. Installed before the snapshot, so that every cell's restore puts it back;
+    # the worker ends with os._exit, inside the block.
+    chosen = ddp.LaunchPolicy(launcher=zygote.launch if zygote_pid else rank.torchrun,
+                              sources={c["grade_id"]: c["source"] for c in cells if c.get("grade_id")},
+                              **(launch_settings or {}))
+    with ddp.launch_policy(chosen):
+        gate = Gate()
+        gate.close()
+        while_cells = Snapshot(closed=gate.modules)  # the gate is part of what every cell's restore puts back
+        namespace = run_cells(cells, cell_seconds, up.send, while_cells, start, skipped,
+                              announce=lambda index: up.send({"type": "start", "index": index}))
+        while_cells.restore()
+        while_cells.restore_environment()
+        gate.open()
+        ddp.forget_launches()  # launches are the checks' own, made while they run
+        taken = Snapshot()
+        up.send({"type": "ready", "problems": quiet.problems(), "tampering": audit.findings()})
+        while True:
+            message = down.receive()
+            if message.get("type") != "observe":
+                os._exit(0)
+            record = run_observer(message, namespace, observe_seconds)
+            taken.restore()  # the student's code ran again: what it patched must not reach the next observer
+            taken.restore_environment()
+            if not record.get("ok") and str(record.get("error", "")).startswith("ran longer than"):
+                kill_strays(FREEZE["keep"])  # a check out of time: what its call started must not run on
+            up.send({"type": "observation", "id": message["id"], "record": record, "problems": quiet.problems(),
+                     "tampering": audit.findings()})

@@ -28,38 +28,41 @@ from gpucourse import launch
 
 from . import zygote as clean_copy  # (the name `zygote` is the Supervisor's channel to it)
 from .forking import Channel, wait
-from . import audit
-from .runner import OUTPUT_LIMIT, _reap, _work, become_subreaper
+from . import audit, forking
+from .job import DEFAULTS, Job
+from .runner import _reap, _work, become_subreaper
 from .trust import import_course
 
 
 THREADS = "threads were left running"  # runner.Quiet's words for threads on the cells' code (the one problem a rerun may cure)
-GRACE = 10.0  # seconds a cell or check may overrun its own alarm before it is stopped from outside
-RESTARTS = 3  # fresh workers after cells or checks that had to be stopped from outside
-SETUP_SECONDS = 120  # a fresh worker's snapshot, before its first cell
-MAX_RANKS = 4  # the most ranks a graded launch may ask for (a CPU grader: more would only contend)
+# The job's settings (job.Job documents each), its defaults until _settings applies a job.
+GRACE = DEFAULTS.grace
+RESTARTS = DEFAULTS.restarts
+SETUP_SECONDS = DEFAULTS.setup_seconds
+MAX_RANKS = DEFAULTS.max_ranks
+OUTPUT_LIMIT = DEFAULTS.output_limit
 
 
-def _settings(job: dict) -> None:
-    """The grader's settings the job carries (autograders/settings.py, ``Grading.job_settings``), in
-    place of the constants above and those of the runner, ``ddp`` and ``launch``, which stay the
-    defaults of a job without them. Set before the launcher copy and any worker are forked."""
-    global GRACE, RESTARTS, SETUP_SECONDS, MAX_RANKS, OUTPUT_LIMIT
-    from datetime import timedelta
+LAUNCH: dict = {}  # the job's launch settings for script exercises (``ddp.LaunchPolicy``'s tries and script_seconds)
 
-    from gpucourse.checks import ddp
+
+def _settings(job: Job) -> None:
+    """The job's settings (autograders/settings.py writes them: ``Grading.job_settings``) in place of the
+    defaults above, the runner's and the channels'. Set before the launcher copy and any worker are
+    forked. Nothing of the course's package is written: script launches get theirs passed in
+    (``LAUNCH``, the worker's launch policy) and every process below this one reads the collectives'
+    timeout from the environment."""
+    global GRACE, RESTARTS, SETUP_SECONDS, MAX_RANKS, OUTPUT_LIMIT, LAUNCH
+    from gpucourse import environment
 
     from . import runner
 
-    GRACE = float(job.get("grace", GRACE))
-    RESTARTS = int(job.get("restarts", RESTARTS))
-    SETUP_SECONDS = float(job.get("setup_seconds", SETUP_SECONDS))
-    MAX_RANKS = int(job.get("max_ranks", MAX_RANKS))
-    OUTPUT_LIMIT = runner.OUTPUT_LIMIT = int(job.get("output_limit", OUTPUT_LIMIT))
-    ddp.SCRIPT_TIMEOUT = float(job.get("script_seconds", ddp.SCRIPT_TIMEOUT))
-    ddp.TRIES = int(job.get("launch_tries", ddp.TRIES))  # at least 1: Grading.launch_tries checks it
-    if "collective_seconds" in job:
-        launch.COLLECTIVE_TIMEOUT = timedelta(seconds=float(job["collective_seconds"]))
+    GRACE, RESTARTS, SETUP_SECONDS, MAX_RANKS = job.grace, job.restarts, job.setup_seconds, job.max_ranks
+    OUTPUT_LIMIT = runner.OUTPUT_LIMIT = job.output_limit
+    runner.RETRY_SECONDS = job.alarm_retry_seconds
+    forking.MESSAGE_LIMIT = job.message_bytes
+    LAUNCH = {"tries": job.launch_tries, "script_seconds": job.script_seconds}
+    os.environ[environment.COLLECTIVE_SECONDS] = str(job.collective_seconds)
 
 
 class ProtocolError(Exception):
@@ -72,9 +75,9 @@ class Supervisor:
     goes on; sends the worker the observers one at a time, after the cells, and writes what the
     grader reads: each cell's record and one observation per observer, in order, and flags."""
 
-    def __init__(self, job: dict, emit):
-        self.cells, self.emit = job["cells"], emit
-        self.cell_seconds, self.observe_seconds = job["cell_seconds"], job["observe_seconds"]
+    def __init__(self, job: Job, emit):
+        self.cells, self.emit = [dict(cell) for cell in job.cells], emit
+        self.cell_seconds, self.observe_seconds = job.cell_seconds, job.observe_seconds
         self.skipped: set[int] = set()
         self.restarts = 0
         self.worker: dict | None = None
@@ -118,7 +121,8 @@ class Supervisor:
                 os.close(up_r)
                 os.close(down_w)
                 _work(self.cells, self.cell_seconds, self.observe_seconds, start, set(self.skipped), up_w, down_r,
-                      namespace_init=os.getpid() == 1, zygote_pid=next(iter(clean_copy.pids()), None))
+                      namespace_init=os.getpid() == 1, zygote_pid=next(iter(clean_copy.pids()), None),
+                      launch_settings=LAUNCH)
             except BaseException:
                 traceback.print_exc()
             finally:
@@ -376,11 +380,11 @@ def main(results_fd: int, observers_fd: int | None = None) -> None:
     """The supervisor. The job on stdin holds the cells; the observers come on ``observers_fd``, read
     only once the cells are done (given in the job instead, they are moved to a pipe of this process's
     own before any worker starts: what tests hand the runner)."""
-    job = json.loads(sys.stdin.read())
+    job = Job.parse(json.loads(sys.stdin.read()))
     sys.stdin.close()
     _settings(job)
     if observers_fd is None:
-        observers_fd = _park(job.pop("observers", []))
+        observers_fd = _park(list(job.observers))
     _not_dumpable()
     import_course()
     become_subreaper()

@@ -1,7 +1,7 @@
 """Graded multi-process launches forked from a clean copy of the runner, not started as new Pythons.
 
     start(close=[fd])   the supervisor, before any student code runs: fork the copy ("zygote")
-    launch(...)         installed as ``gpucourse.checks.ddp.LAUNCHER`` by the runner's worker, for each
+    launch(...)         the launcher of the runner's worker's ``gpucourse.checks.ddp.LaunchPolicy``, for each
                         graded launch: ``torchrun`` without the Pythons
 
 ``torchrun`` starts a launcher and one Python per rank, each importing torch (and Lightning): about
@@ -22,8 +22,8 @@ ranks' are closed before the student's code runs), not through a file another pr
 rewrite; the copy collects the reports and sends them with the launch's exit status. Launches that
 run out of time are killed with every process they started (``gpucourse.launch.kill_tree``).
 Every rank runs ``rank.main`` (``gpucourse.checks.ddp_harness`` with the runner's protection).
-Outside grading (a student's notebook, whose kernel runs threads) ``ddp.LAUNCHER`` is None and
-launches start ``torchrun`` on the unprotected harness.
+Outside grading (a student's notebook, whose kernel runs threads) the default launch policy has no
+launcher, and launches start ``torchrun`` on the unprotected harness.
 """
 
 from __future__ import annotations
@@ -65,7 +65,7 @@ def start(close: tuple[int, ...] = ()) -> bool:
         def serve() -> int:
             for fd in (requests_w, responses_r, *close):
                 os.close(fd)
-            _serve(Channel(read=requests_r), Channel(write=responses_w))
+            serve(Channel(read=requests_r), Channel(write=responses_w))
             return 0
 
         in_child(serve, code=0)
@@ -75,63 +75,18 @@ def start(close: tuple[int, ...] = ()) -> bool:
     return True
 
 
-def spawn() -> bool:
-    """Start the clean copy as a Python of its own (``python -m autograders.worker.zygote``) and send
-    this process's launches to it: for a process that cannot fork one (it runs threads, as a pytest
-    worker does) but judges many multi-process answers, such as the test suite. Whether it is serving."""
+def connect(pid: int, requests: Channel, responses: Channel) -> None:
+    """Send this process's launches to a clean copy already serving on ``requests``/``responses``
+    (``serve``'s channels), as ``start`` does for the copy it forks: for a process that cannot fork one
+    itself because it runs threads (a test suite's worker, which starts the copy as a Python of its own)."""
     global _ZYGOTE
-    import subprocess
-
-    requests_r, requests_w = os.pipe()
-    responses_r, responses_w = os.pipe()
-    # one thread, as in the sandbox (its environment sets OMP_NUM_THREADS=1): forking needs it
-    process = subprocess.Popen([sys.executable, "-m", __name__, str(requests_r), str(responses_w)],
-                               pass_fds=(requests_r, responses_w), env={**os.environ, "OMP_NUM_THREADS": "1"})
-    os.close(requests_r)
-    os.close(responses_w)
-    responses = Channel(read=responses_r)
-    try:
-        ready = responses.receive(SPAWN_SECONDS)
-    except EOFError:  # it could not start
-        ready = None
-    if not ready or not ready.get("ready"):
-        print(f"the clean copy is not serving: {(ready or {}).get('why') or 'it did not start'}", file=sys.stderr)
-        process.kill()
-        process.wait()
-        os.close(requests_w)
-        os.close(responses_r)
-        return False
-    _ZYGOTE = {"pid": process.pid, "requests": Channel(write=requests_w), "responses": responses, "process": process}
-    return True
+    _ZYGOTE = {"pid": pid, "requests": requests, "responses": responses}
 
 
-SPAWN_SECONDS = 120  # importing torch, Lightning and the course in the spawned copy
-
-
-def stop() -> None:
-    """End ``spawn``'s copy: closing its requests ends its loop; then it is waited for."""
+def disconnect() -> None:
+    """Forget the copy ``connect`` named (its owner ends it)."""
     global _ZYGOTE
-    if _ZYGOTE and _ZYGOTE.get("process"):
-        os.close(_ZYGOTE["requests"].write_fd)
-        try:
-            _ZYGOTE["process"].wait(30)
-        except Exception:
-            _ZYGOTE["process"].kill()
-            _ZYGOTE["process"].wait()
-        os.close(_ZYGOTE["responses"].read_fd)
     _ZYGOTE = None
-
-
-def _serve_spawned(read_fd: int, write_fd: int) -> None:
-    """``spawn``'s copy: import what the runner imports before its snapshot, then serve (or say why not)."""
-    from .trust import import_course
-
-    import_course()
-    outgoing = Channel(write=write_fd)
-    why = fork_safe()
-    outgoing.send({"ready": why is None, "why": why or ""})
-    if why is None:
-        _serve(Channel(read=read_fd), outgoing)
 
 
 def relay(requests: Channel, responses: Channel) -> None:
@@ -163,7 +118,7 @@ def request(message: dict) -> None:
                               "cwd": str(message["cwd"]), "source": str(message["source"])})
 
 
-def _serve(incoming: Channel, outgoing: Channel) -> None:
+def serve(incoming: Channel, outgoing: Channel) -> None:
     """The copy: one launch at a time, answering its launcher's pid, then its exit status and the
     ranks' reports, each with the request's id."""
     while True:
@@ -318,7 +273,3 @@ def launch(target: list[str], nproc: int, timeout: float, cwd: str, env: dict | 
         output = ""
     return Launch(None if timed_out else reply["status"], output, time.perf_counter() - started, timed_out,
                   reports={int(rank): report for rank, report in reply.get("reports", {}).items()})
-
-
-if __name__ == "__main__":
-    _serve_spawned(int(sys.argv[1]), int(sys.argv[2]))

@@ -7,7 +7,9 @@ One module per lesson, each named for what it holds:
 - ``gpucourse.parallel``: lesson 1, processes, threads and the GIL.
 - ``gpucourse.cuda`` and ``gpucourse.doctor``: lesson 2, CPU vs GPU, and CUDA (``python -m gpucourse doctor``).
 - ``gpucourse.tensor_cores``: lesson 3, Tensor Cores.
-- ``gpucourse.amp``: lesson 4, automatic mixed precision (CIFAR-10 offline, the data module drop-in).
+- ``gpucourse.amp``: lesson 4, automatic mixed precision (autocast by hardware, recipes, CUDA graphs, loss scaling).
+- ``gpucourse.cifar``: lesson 4's data (CIFAR-10 offline in its real format, the pl_bolts data module drop-in).
+- ``gpucourse.amp_figures``: lesson 4's figures (lesson 5 plots beside the reference with them too).
 - ``gpucourse.transfer``: lesson 5, moving data.
 - ``gpucourse.lightning_devices``: lesson 6, Lightning on many devices.
 - ``gpucourse.ddp_scripts``: lesson 7, DDP by hand and as a script (``torchrun ... -m gpucourse.ddp_scripts``).
@@ -26,7 +28,16 @@ One module per lesson, each named for what it holds:
   one eager op).
 - ``gpucourse.resilience``: lesson 16, checkpoints and restarts: ``torch.distributed.checkpoint`` with FSDP2, loading on
   another number of ranks, a rank restarted by ``torchrun --max-restarts`` (``torchrun ... -m gpucourse.resilience DEMO``).
+- ``gpucourse.fsdp2_in_practice``: lesson 17, FSDP2 in practice: mixed precision, ``reshard_after_forward``, prefetching,
+  HSDP, meta-device init and gradient accumulation, measured (``torchrun ... -m gpucourse.fsdp2_in_practice DEMO``).
+- ``gpucourse.model_parallel``: lesson 18, tensor, sequence and pipeline parallel: a transformer block split with
+  ``parallelize_module`` (saved activations, collectives), ``torch.distributed.pipelining`` schedules timed
+  (``torchrun ... -m gpucourse.model_parallel DEMO``).
+- ``gpucourse.memory_and_mfu``: lesson 19, a transformer layer's memory and MFU: the layer Korthikanti et al. count,
+  its saved tensors by shape, selective and full recomputation, live bytes after a forward, a small GPT to time.
 - ``gpucourse.reference``: the measured GPU reference (H100) that GPU cells plot beside this machine's numbers.
+- ``gpucourse.bench_gpu`` and ``gpucourse.bench_gpu_recording``: ``make bench-gpu``, a new GPU reference (what is
+  measured, part by part; what each entry records and how).
 - ``gpucourse.checks``: every exercise's public checks (``check("...")`` in the notebooks).
 """
 

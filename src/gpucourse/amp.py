@@ -1,184 +1,40 @@
-"""Lesson 4 (automatic mixed precision): CIFAR-10 offline, a pl_bolts-compatible data module, measurements.
+"""Lesson 4 (automatic mixed precision): float formats, autocast's choice of dtype by hardware, the
+recipes' step times and memory, CUDA graphs, float16 gradients and loss scaling.
 
-``pl_bolts`` (lightning-bolts) is unmaintained and does not import with Lightning 2.x, so
-``CIFAR10DataModule`` here is a drop-in with its constructor, built on ``LightningDataModule`` and
-torchvision's real ``CIFAR10``. Without a network (CI, many lab machines), ``write_cifar10`` writes a
-small CIFAR-10 in the dataset's real on-disk format (pickled batches of uint8 rows in
-``cifar-10-batches-py/``) plus a manifest of its md5 sums; ``OfflineCIFAR10`` is torchvision's class
-pointed at that manifest, so torchvision's own parsing and integrity checks read it.
+The lesson's one helper module: it also offers the lesson's data (``gpucourse.cifar``: CIFAR-10
+offline and the ``pl_bolts`` drop-in data module) and figures (``gpucourse.amp_figures``), which
+live in modules of their own.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
-import os
-import pickle
 from contextlib import contextmanager
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
 
 import torch
 from torch import nn
 
-from gpucourse import environment
-
-BASE_FOLDER = "cifar-10-batches-py"
-MANIFEST = "gpucourse-manifest.json"
-LABELS = ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"]
-OFFLINE_ENV = environment.OFFLINE  # set by `make test` and the grader: never try the network
-
-
-def write_cifar10(root: str | os.PathLike, per_batch: int = 100, test: int = 100, seed: int = 0) -> Path:
-    """A CIFAR-10 of ``5 * per_batch`` training and ``test`` test images, in the real file format.
-
-    Each class gets its own mean colour plus noise, so a model can learn something in a few steps.
-    """
-    if per_batch < 1 or test < 1:
-        raise ValueError("per_batch and test must be at least 1")
-    folder = Path(root) / BASE_FOLDER
-    folder.mkdir(parents=True, exist_ok=True)
-    generator = torch.Generator().manual_seed(seed)
-    colours = torch.randint(40, 216, (10, 3), generator=generator)
-
-    def batch(n: int, label: str) -> dict:
-        labels = torch.randint(0, 10, (n,), generator=generator)
-        noise = torch.randint(-40, 41, (n, 3, 32 * 32), generator=generator)
-        images = (colours[labels][:, :, None] + noise).clamp(0, 255).to(torch.uint8).reshape(n, 3072)
-        return {"batch_label": label, "labels": labels.tolist(), "data": images.numpy(),
-                "filenames": [f"generated_{label.replace(' ', '_')}_{i}.png" for i in range(n)]}
-
-    files = {f"data_batch_{i}": batch(per_batch, f"training batch {i} of 5") for i in range(1, 6)}
-    files["test_batch"] = batch(test, "testing batch 1 of 1")
-    files["batches.meta"] = {"label_names": LABELS, "num_cases_per_batch": per_batch, "num_vis": 3072}
-    digests = {}
-    for name, content in files.items():
-        with open(folder / name, "wb") as handle:
-            pickle.dump(content, handle, protocol=2)
-        digests[name] = hashlib.md5((folder / name).read_bytes()).hexdigest()
-    (folder / MANIFEST).write_text(json.dumps(digests, indent=1))
-    return folder
+# The lesson's data and figures, from the modules that hold them (the lesson calls them through this one).
+from gpucourse.amp_figures import (  # noqa: F401
+    beside, bit_layout_figure, bit_layout_rows, cuda_graph_figure, gradient_histogram_figure, memory_figure,
+    step_time_figure)
+from gpucourse.cifar import (  # noqa: F401
+    LABELS, MANIFEST, OFFLINE_ENV, CIFAR10DataModule, OfflineCIFAR10, validation_size, write_cifar10)
 
 
-def _torchvision_cifar10():
-    from torchvision.datasets import CIFAR10
-
-    class OfflineCIFAR10(CIFAR10):
-        """torchvision's CIFAR10; for a generated copy, its md5 list comes from the copy's manifest."""
-
-        def __init__(self, root, train=True, transform=None, target_transform=None, download=False):
-            manifest = Path(root) / BASE_FOLDER / MANIFEST
-            if manifest.is_file():
-                digests = json.loads(manifest.read_text())
-                self.train_list = [[f"data_batch_{i}", digests[f"data_batch_{i}"]] for i in range(1, 6)]
-                self.test_list = [["test_batch", digests["test_batch"]]]
-                self.meta = {"filename": "batches.meta", "key": "label_names", "md5": digests["batches.meta"]}
-                download = False
-            super().__init__(root, train=train, transform=transform, target_transform=target_transform, download=download)
-
-    return OfflineCIFAR10
 
 
-def OfflineCIFAR10(*args: Any, **kwargs: Any):  # noqa: N802 - a class, built lazily (torchvision is slow to import)
-    return _torchvision_cifar10()(*args, **kwargs)
 
 
-CIFAR10_TRAIN_IMAGES = 50_000  # the real training set, which pl_bolts' integer val_split (5000 by default) counts in
 
 
-def validation_size(val_split: int | float, images: int, generated: bool) -> int:
-    """How many of ``images`` training images ``val_split`` holds out, as pl_bolts' data module does.
-
-    A float is a fraction and an int a count, exactly as in pl_bolts on the real 50,000 images (a count
-    that leaves no training data is an error there, and here). On a small generated copy an int counts
-    images of the real set, so it is scaled to the same fraction (5000 -> 10%: 50 of 500 images) and one
-    line says so: code written for the real dataset runs unchanged offline.
-    """
-    if isinstance(val_split, float):
-        if not 0 <= val_split < 1:
-            raise ValueError(f"val_split={val_split} must be a fraction in [0, 1) or a number of images")
-        return int(val_split * images)
-    if generated and images < CIFAR10_TRAIN_IMAGES and val_split > 0:
-        n_val = min(max(1, round(val_split * images / CIFAR10_TRAIN_IMAGES)), images - 1)
-        print(f"val_split={val_split} counts images of CIFAR-10's {CIFAR10_TRAIN_IMAGES:,} training images; this "
-              f"generated copy has {images}, so {n_val} ({100 * n_val / images:.0f}%) are held out for validation.")
-        return n_val
-    if not 0 <= val_split < images:
-        raise ValueError(f"val_split={val_split} leaves no training data out of {images} images")
-    return val_split
 
 
-def _data_module_class():
-    import pytorch_lightning as pl
-    from torch.utils.data import DataLoader, random_split
-    from torchvision import transforms
-
-    class CIFAR10DataModule(pl.LightningDataModule):
-        """Drop-in for ``pl_bolts.datamodules.CIFAR10DataModule``: same constructor and loaders.
-
-        ``prepare_data`` (once, on one process) downloads CIFAR-10 when allowed and possible, and
-        otherwise writes a small generated copy; ``setup`` (on every process) builds the datasets.
-        """
-
-        name, num_classes, dims = "cifar10", 10, (3, 32, 32)
-
-        def __init__(self, data_dir: str | None = None, val_split: int | float = 5000, num_workers: int = 0,
-                     normalize: bool = False, batch_size: int = 32, seed: int = 42, shuffle: bool = True,
-                     pin_memory: bool = True, drop_last: bool = False, *args: Any, **kwargs: Any) -> None:
-            super().__init__()
-            self.data_dir = data_dir or os.getcwd()
-            self.val_split, self.num_workers, self.normalize = val_split, num_workers, normalize
-            self.batch_size, self.seed, self.shuffle = batch_size, seed, shuffle
-            self.pin_memory, self.drop_last = pin_memory and torch.cuda.is_available(), drop_last
-            self.generated = False
-
-        def prepare_data(self) -> None:
-            folder = Path(self.data_dir) / BASE_FOLDER
-            if folder.is_dir():
-                return
-            if not environment.offline():
-                try:
-                    from torchvision.datasets import CIFAR10
-                    CIFAR10(self.data_dir, train=True, download=True)
-                    CIFAR10(self.data_dir, train=False, download=True)
-                    return
-                except Exception as error:  # no network: fall back to the generated copy
-                    print(f"CIFAR-10 could not be downloaded ({type(error).__name__}); writing a small generated copy.")
-            write_cifar10(self.data_dir)
-
-        def _transform(self):
-            steps = [transforms.ToTensor()]
-            if self.normalize:
-                steps.append(transforms.Normalize((0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)))
-            return transforms.Compose(steps)
-
-        def setup(self, stage: str | None = None) -> None:
-            self.generated = (Path(self.data_dir) / BASE_FOLDER / MANIFEST).is_file()
-            full = OfflineCIFAR10(self.data_dir, train=True, transform=self._transform())
-            n_val = validation_size(self.val_split, len(full), self.generated)
-            generator = torch.Generator().manual_seed(self.seed)
-            self.dataset_train, self.dataset_val = random_split(full, [len(full) - n_val, n_val], generator=generator)
-            self.dataset_test = OfflineCIFAR10(self.data_dir, train=False, transform=self._transform())
-
-        def _loader(self, dataset, shuffle: bool):
-            return DataLoader(dataset, batch_size=self.batch_size, shuffle=shuffle, num_workers=self.num_workers,
-                              drop_last=self.drop_last, pin_memory=self.pin_memory)
-
-        def train_dataloader(self):
-            return self._loader(self.dataset_train, self.shuffle)
-
-        def val_dataloader(self):
-            return self._loader(self.dataset_val, False)
-
-        def test_dataloader(self):
-            return self._loader(self.dataset_test, False)
-
-    return CIFAR10DataModule
 
 
-def CIFAR10DataModule(*args: Any, **kwargs: Any):  # noqa: N802 - see OfflineCIFAR10
-    return _data_module_class()(*args, **kwargs)
+
+
+
 
 
 FORMATS = {  # bits: sign, exponent, mantissa; and what they mean
@@ -499,60 +355,10 @@ def amp_saves_memory_from(small: tuple[int, dict, dict], large: tuple[int, dict,
     return int(extra // per_image) + 1
 
 
-def _machine_in_title(ax, title: str, hardware: str, note: str | None) -> None:
-    ax.set_title(f"{title}\nmeasured on {hardware}" + (f"\n{note}" if note else ""), fontsize=9)
 
 
-def beside(mine: dict[str, float], reference: dict[str, float], **labels):
-    """``gpucourse.reference.plot_beside`` (this machine's numbers next to the GPU reference's, both
-    machines named) with the legend under the chart, where long machine names fit (lessons 4 and 5).
-    Returns the Figure."""
-    from gpucourse.reference import plot_beside
-
-    fig = plot_beside(mine, reference, **labels)
-    fig.set_size_inches(max(7.0, fig.get_size_inches()[0]), 4.8)
-    ax = fig.axes[0]
-    handles, names = ax.get_legend_handles_labels()
-    ax.get_legend().remove()
-    fig.legend(handles, names, loc="outside lower center", fontsize=8, title="hardware", title_fontsize=8)
-    return fig
 
 
-def memory_figure(rows: dict[int, dict[str, dict[str, int]]], image_size: int, hardware: str, note: str | None = None):
-    """Lesson 4's memory chart: for each batch (``rows[batch] = {"float32": parts, "AMP ...": parts}``,
-    parts from :func:`memory_at_backward`), one stacked bar per precision, every part in MiB.
-    Returns the Figure."""
-    import matplotlib.pyplot as plt
-    import numpy as np
-
-    if not rows:
-        raise ValueError("nothing to plot: no batch was measured")
-    batches = sorted(rows)
-    variants = list(rows[batches[0]])
-    parts = list(rows[batches[0]][variants[0]])
-    colours = dict(zip(parts, ["#9fc5e8", "#b4a7d6", "#ffe599", "#e06666", "#93c47d"]))
-    fig, ax = plt.subplots(figsize=(max(6.5, 1.6 * len(batches) + 2), 4.2), layout="constrained")
-    width = 0.8 / len(variants)
-    x = np.arange(len(batches))
-    for i, variant in enumerate(variants):
-        bottom = np.zeros(len(batches))
-        offset = (i - (len(variants) - 1) / 2) * width
-        for part in parts:
-            mib = np.array([rows[b][variant][part] / 2**20 for b in batches])
-            ax.bar(x + offset, mib, width * 0.95, bottom=bottom, color=colours[part], edgecolor="white",
-                   hatch="//" if i else None, label=part if i == 0 else None)
-            bottom += mib
-        for xi, total in zip(x + offset, bottom):
-            ax.text(xi, total, f"{variant}\n{total:.0f}", ha="center", va="bottom", fontsize=6.5)
-    ax.set_xticks(x, [str(b) for b in batches])
-    ax.set_xlabel(f"batch size (images of {image_size}x{image_size})")
-    ax.set_ylabel("memory when backward begins (MiB)")
-    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), title="held by (hatched: autocast)",
-              title_fontsize=7)
-    ax.margins(y=0.15)
-    _machine_in_title(ax, f"ResNet-18 training step: float32 vs autocast, {image_size}x{image_size} images",
-                      hardware, note)
-    return fig
 
 
 def speedups(ms: dict[str, float]) -> dict[str, float]:
@@ -597,48 +403,8 @@ def reference_cuda_graph_ms(reference) -> dict[str, dict[str, float]]:
     return grouped
 
 
-def step_time_figure(timings: list[StepTiming], note: str | None = None):
-    """ms per training step of each recipe on one machine (lesson 4), the peak memory written above each
-    bar where it was measured (CUDA). Returns the Figure."""
-    import matplotlib.pyplot as plt
-
-    if not timings:
-        raise ValueError("nothing to plot: no recipe was timed")
-    fig, ax = plt.subplots(figsize=(max(5.5, 1.5 * len(timings) + 1), 3.8), layout="constrained")
-    bars = ax.bar([t.recipe for t in timings], [t.ms for t in timings], color="tab:blue")
-    ax.bar_label(bars, labels=[f"{t.ms:.3g} ms" + (f"\n{t.peak_mib:.0f} MiB peak" if t.peak_mib else "") for t in timings],
-                 fontsize=7)
-    ax.set_ylabel("time per training step (ms)")
-    ax.set_xlabel("recipe")
-    ax.tick_params(axis="x", labelsize=8, rotation=15)
-    ax.margins(y=0.2)
-    first = timings[0]
-    _machine_in_title(ax, f"ResNet-18 training step, batch {first.batch} of {first.image_size}x{first.image_size} images",
-                      first.hardware, note)
-    return fig
 
 
-def cuda_graph_figure(ms: dict[str, dict[str, float]], hardware: str, note: str | None = None):
-    """Eager vs CUDA-graph ms per step, one pair of bars per setting (``ms[setting] = {"eager": ...,
-    "CUDA graph": ...}``; lesson 4's launch-bound step). Returns the Figure."""
-    import matplotlib.pyplot as plt
-    import numpy as np
-
-    if not ms:
-        raise ValueError("nothing to plot: no setting was measured")
-    settings = list(ms)
-    x = np.arange(len(settings))
-    fig, ax = plt.subplots(figsize=(max(6.0, 1.5 * len(settings) + 2), 3.8), layout="constrained")
-    for offset, mode, colour in ((-0.2, "eager", "tab:gray"), (0.2, "CUDA graph", "tab:green")):
-        bars = ax.bar(x + offset, [ms[s][mode] for s in settings], 0.38, label=mode, color=colour)
-        ax.bar_label(bars, fmt="%.3g", fontsize=7)
-    ax.set_xticks(x, settings, fontsize=8, rotation=10)
-    ax.set_xlabel("setting (batch, image size, recipe)")
-    ax.set_ylabel("time per training step (ms)")
-    ax.legend(fontsize=8, title="how the step is launched", title_fontsize=8)
-    _machine_in_title(ax, "ResNet-18 training step: one launch per operation (eager) vs one CUDA graph",
-                      hardware, note)
-    return fig
 
 
 FLOAT16_SMALLEST_SUBNORMAL = 2.0 ** -24  # the smallest positive float16; below half of it, a value rounds to 0
@@ -747,61 +513,10 @@ def saved_activation_bytes(model: nn.Module, inputs: torch.Tensor, dtype: torch.
     return totals
 
 
-BIT_LAYOUTS = {  # name: (sign, exponent, mantissa bits, torch dtype name or None)
-    "float32": (1, 8, 23, "float32"),
-    "TF32": (1, 8, 10, None),  # a Tensor Core compute format on Ampere and newer, not a storage dtype
-    "float16": (1, 5, 10, "float16"),
-    "bfloat16": (1, 8, 7, "bfloat16"),
-    "float8 e4m3": (1, 4, 3, "float8_e4m3fn"),
-    "float8 e5m2": (1, 5, 2, "float8_e5m2"),
-}
 
 
-def bit_layout_rows() -> list[dict]:
-    """Bits, range and precision of each format in ``BIT_LAYOUTS``, from ``torch.finfo`` (TF32, which is
-    not a storage dtype, has float32's exponent and float16's mantissa: its range is float32's)."""
-    rows = []
-    for name, (sign, exponent, mantissa, dtype) in BIT_LAYOUTS.items():
-        info = torch.finfo(getattr(torch, dtype or "float32"))
-        eps = info.eps if dtype else 2.0 ** -mantissa
-        rows.append({"format": name, "sign": sign, "exponent": exponent, "mantissa": mantissa, "max": info.max,
-                     "smallest_normal": info.tiny, "epsilon": eps})
-    return rows
 
 
-def bit_layout_figure():
-    """Lesson 4's figure: the sign, exponent and mantissa bits of float32, TF32, float16, bfloat16 and
-    the two float8 formats, one box per bit, with each format's range and precision written beside it."""
-    import matplotlib.pyplot as plt
-    from matplotlib.patches import Rectangle
-
-    rows = bit_layout_rows()
-    colours = {"sign": "#e06666", "exponent": "#6fa8dc", "mantissa": "#93c47d"}
-    fig, ax = plt.subplots(figsize=(12, 0.75 * len(rows) + 1.2))
-    for y, row in enumerate(reversed(rows)):
-        x = 0
-        for part in ("sign", "exponent", "mantissa"):
-            for _ in range(row[part]):
-                ax.add_patch(Rectangle((x, y + 0.15), 1, 0.7, facecolor=colours[part], edgecolor="white", lw=0.8))
-                x += 1
-        ax.text(-0.6, y + 0.5, f"{row['format']} ({row['sign'] + row['exponent'] + row['mantissa']} bits)",
-                ha="right", va="center", fontsize=9)
-        ax.text(33, y + 0.5, f"max {row['max']:.3g}, smallest normal {row['smallest_normal']:.2g}, "
-                f"epsilon {row['epsilon']:.2g}", va="center", fontsize=8.5)
-    for part, colour in colours.items():
-        ax.bar(0, 0, color=colour, label={"sign": "sign", "exponent": "exponent (range)",
-                                          "mantissa": "mantissa (precision)"}[part])
-    ax.legend(loc="upper center", bbox_to_anchor=(0.35, -0.12), ncol=3, frameon=False, fontsize=9)
-    ax.set_xlim(-12, 56)
-    ax.set_ylim(0, len(rows))
-    ax.set_yticks([])
-    ax.set_xticks(range(0, 33, 8))
-    ax.set_xlabel("bit position (bits, from the sign bit)")
-    ax.set_title("Floating-point formats: exponent bits set the range, mantissa bits the precision")
-    for side in ("top", "right", "left"):
-        ax.spines[side].set_visible(False)
-    fig.tight_layout()
-    return fig
 
 
 def confident_classifier(seed: int = 0, width: int = 32, batch: int = 2048, sharpness: float = 30.0):
@@ -844,28 +559,3 @@ def float16_activation_gradients(model: nn.Module, inputs: torch.Tensor, targets
     return torch.cat([g.flatten().double() for g in grads])
 
 
-def gradient_histogram_figure(reference: torch.Tensor, unscaled: torch.Tensor, scaled: torch.Tensor, scale: float):
-    """Histograms of log2 |gradient| (lesson 4): float32, float16 without loss scaling and float16 after
-    scaling by ``scale``, with float16's smallest subnormal (2^-24) and smallest normal (2^-14) marked.
-    Gradients that are exactly 0 cannot go on a log axis: their count is in each panel's legend."""
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(3, 1, figsize=(8, 7), sharex=True)
-    panels = [("float32 (reference)", reference), ("float16, no loss scaling", unscaled),
-              (f"float16, loss scaled by {scale:g} (= 2^{torch.tensor(scale).log2().item():.0f})", scaled)]
-    nonzero = [p[p != 0].abs().log2() for _, p in panels]
-    low = min(float(v.min()) for v in nonzero if v.numel())
-    high = max(float(v.max()) for v in nonzero if v.numel())
-    bins = torch.linspace(min(low, -27) - 0.5, high + 0.5, 60).tolist()
-    for ax, (title, values), logs in zip(axes, panels, nonzero):
-        zeros = int((values == 0).sum())
-        ax.hist(logs.numpy(), bins=bins, color="#6fa8dc", label=f"{zeros} of {values.numel()} are exactly 0")
-        ax.axvline(-24, color="#cc0000", ls="--", label="float16 smallest subnormal 2^-24")
-        ax.axvline(-14, color="#e69138", ls=":", label="float16 smallest normal 2^-14")
-        ax.set_title(title, fontsize=10)
-        ax.set_ylabel("count")
-        ax.legend(fontsize=8, loc="upper left")
-    axes[-1].set_xlabel("log2 |gradient| (of the loss w.r.t. each layer's output)")
-    fig.suptitle("Real gradients of a small confident classifier, one backward pass")
-    fig.tight_layout()
-    return fig

@@ -76,8 +76,9 @@ def _buffers(collective: str, size_bytes: int, world: int, device="cpu"):
 def _issue(collective: str, source, target) -> None:
     import torch.distributed as dist
 
-    # torch 2.14 renamed the flat-buffer forms reduce_scatter_tensor and all_gather_into_tensor (both still
-    # work, with a FutureWarning) reduce_scatter_single and all_gather_single; older versions have only the former
+    # torch 2.13 renamed the flat-buffer forms reduce_scatter_tensor and all_gather_into_tensor to
+    # reduce_scatter_single and all_gather_single (the old names still work, with a FutureWarning);
+    # older versions have only the former
     if collective == "all_reduce":
         dist.all_reduce(source)
     elif collective == "reduce_scatter":
@@ -275,6 +276,32 @@ def plot_bus_bandwidth(rows: list[dict], hardware: str, world_size: int):
                  fontsize=9)
     ax.legend(fontsize=8)
     ax.grid(True, which="both", alpha=0.3)
+    fig.tight_layout()
+    return fig
+
+
+def plot_fits_against_ranks(fits: dict, hardware: str, backend: str):
+    """Lesson 14: the fitted latency alpha (left) and bandwidth beta (right) of each collective against the
+    number of ranks N. ``fits``: N -> {collective: (alpha seconds, beta bytes per second)}, fitted to sweeps
+    run on ``backend`` on ``hardware``; a collective without a fit at some N is left out there."""
+    import matplotlib.pyplot as plt
+
+    ranks = sorted(fits)
+    fig, (left, right) = plt.subplots(1, 2, figsize=(9, 3.6))
+    for collective in COLLECTIVES:
+        have = [n for n in ranks if collective in fits[n]]
+        if have:
+            left.plot(have, [1e6 * fits[n][collective][0] for n in have], label=collective, **_style(collective))
+            right.plot(have, [fits[n][collective][1] / 1e9 for n in have], label=collective, **_style(collective))
+    for ax in (left, right):
+        ax.set_xticks(ranks)
+        ax.set_xlabel("ranks N (processes)")
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=7)
+    left.set_ylabel("latency alpha (µs, fitted)")
+    right.set_ylabel("bandwidth beta (GB/s, fitted)")
+    fig.suptitle(f"alpha and beta of {backend} collectives against the number of ranks, measured on {hardware}",
+                 fontsize=9)
     fig.tight_layout()
     return fig
 

@@ -29,7 +29,7 @@ import torch
 from torch import nn
 
 from gpucourse.launch import Launch, torchrun  # noqa: F401 (lesson 7 calls them from here: D.torchrun)
-from gpucourse.launch import COLLECTIVE_TIMEOUT, close_process_group, gpu_per_rank, init_process_group
+from gpucourse.launch import close_process_group, collective_timeout, gpu_per_rank, init_process_group
 from gpucourse.launch import read_rank_reports as _rank_reports
 
 FEATURES = 4
@@ -115,7 +115,7 @@ def start_ranks(device: str = "auto") -> tuple[torch.device, str | None]:
         raise SystemExit(f"--device cuda needs one GPU per process (NCCL refuses two processes on one GPU): "
                          f"{processes} processes, {gpus} GPU(s) here")
     if device == "cpu":
-        dist.init_process_group("gloo", timeout=COLLECTIVE_TIMEOUT)
+        dist.init_process_group("gloo", timeout=collective_timeout())
         return torch.device("cpu"), None
     chosen = init_process_group()
     fallback = None

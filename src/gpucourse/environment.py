@@ -18,6 +18,10 @@ configuration instead. Every lesson reads ``smoke()`` through ``gpucourse.preamb
   error instead of a sentence; the test suite runs the lessons against a fixture that way.
 - ``GPUCOURSE_SLURM_DIR`` (``slurm_dir()``): where lesson 10's local Slurm cluster keeps its
   configuration, keys, logs and spool (``gpucourse.local_slurm``).
+- ``GPUCOURSE_COLLECTIVE_SECONDS`` (``collective_seconds()``): how long a rank's collective waits for
+  the others before it fails (``gpucourse.launch.init_process_group``); the grader's sandbox sets it
+  from its settings (``c.Grading.collective_seconds``), so that every process it starts, ranks
+  included, reads the same value. Unset: 45 seconds.
 - ``GPUCOURSE_INSTALL_URL``: where the setup cell installs the course helpers from on Colab. The
   setup cell runs before this package exists, so it reads the variable itself.
 """
@@ -34,6 +38,7 @@ INSTALL_URL = "GPUCOURSE_INSTALL_URL"
 REFERENCE = "GPUCOURSE_REFERENCE"
 REFERENCE_STRICT = "GPUCOURSE_REFERENCE_STRICT"
 SLURM_DIR = "GPUCOURSE_SLURM_DIR"
+COLLECTIVE_SECONDS = "GPUCOURSE_COLLECTIVE_SECONDS"
 
 _TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
 
@@ -80,3 +85,17 @@ def reference_strict() -> bool:
 def slurm_dir(default: str = "/var/tmp/gpucourse-slurm") -> str:
     """Where lesson 10's local Slurm keeps its state: ``GPUCOURSE_SLURM_DIR``, else ``default``."""
     return os.environ.get(SLURM_DIR, "").strip() or default
+
+
+def collective_seconds(default: float = 45.0) -> float:
+    """Seconds a collective waits (``GPUCOURSE_COLLECTIVE_SECONDS``, a positive number), else ``default``."""
+    value = os.environ.get(COLLECTIVE_SECONDS, "").strip()
+    if not value:
+        return default
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = float("nan")
+    if not seconds > 0 or seconds == float("inf"):
+        raise ValueError(f"{COLLECTIVE_SECONDS}={value!r} is not understood; use a positive number of seconds")
+    return seconds

@@ -29,8 +29,17 @@ from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 
-# a rank that skips a collective fails the others by then; the grader sets its own (c.Grading.collective_seconds)
+# a rank that skips a collective fails the others by then (GPUCOURSE_COLLECTIVE_SECONDS changes it: the
+# grader's sandbox sets it from c.Grading.collective_seconds, and every rank it starts inherits it)
 COLLECTIVE_TIMEOUT = timedelta(seconds=45)
+
+
+def collective_timeout() -> timedelta:
+    """How long a collective waits for the other ranks before it fails: ``COLLECTIVE_TIMEOUT``, or what
+    ``GPUCOURSE_COLLECTIVE_SECONDS`` says (``gpucourse.environment``). Read when a group starts."""
+    from gpucourse import environment
+
+    return timedelta(seconds=environment.collective_seconds(COLLECTIVE_TIMEOUT.total_seconds()))
 
 
 @dataclass
@@ -223,7 +232,7 @@ def init_process_group(device: str = "auto", timeout: timedelta | None = None):
     one GPU per local rank (an error saying so where there are fewer usable GPUs than ranks); "cpu,cuda":
     both ("cpu:gloo,cuda:nccl"), the GPU as for "cuda"; "auto": "cuda" when every rank can have a usable
     GPU, else "cpu" (for drivers that put everything on the device returned). A collective that waits
-    longer than ``timeout`` (default COLLECTIVE_TIMEOUT, read when called) fails. ``dist.get_backend()``
+    longer than ``timeout`` (default ``collective_timeout()``) fails. ``dist.get_backend()``
     says afterwards which backend runs: labels must read it, never assume one."""
     import torch
     import torch.distributed as dist
@@ -243,7 +252,7 @@ def init_process_group(device: str = "auto", timeout: timedelta | None = None):
                                "Start fewer ranks, or use device='cpu' (gloo).")
         index = int(os.environ.get("LOCAL_RANK", "0"))
         torch.cuda.set_device(index)
-    dist.init_process_group(backend, timeout=timeout or COLLECTIVE_TIMEOUT)
+    dist.init_process_group(backend, timeout=timeout or collective_timeout())
     return torch.device("cuda", index) if "cuda" in device else torch.device("cpu")
 
 

@@ -40,13 +40,14 @@ POINTER = "LATEST"  # written by rank 0 once a checkpoint is complete: the train
 
 
 def init_attempt_process_group():
-    """``init_process_group`` (gloo) whose keys carry this attempt's number. torchrun's agent keeps one
-    key-value store for every attempt of a launch; without a prefix a restarted gloo group here often failed
-    to connect ("Connection refused"), most likely reading the addresses the dead processes had left there."""
+    """``init_process_group`` (gloo) whose keys carry this attempt's number (lesson 16). torchrun's agent keeps
+    one key-value store for every attempt of a launch, and torch 2.14's env:// rendezvous no longer prefixes the
+    keys per attempt (older versions used ``/worker/attempt_<n>``): without a prefix a restarted gloo group here
+    found the dead attempt's keys and sometimes failed to connect ("Connection refused")."""
     import torch.distributed as dist
     from datetime import timedelta
 
-    from gpucourse.launch import COLLECTIVE_TIMEOUT
+    from gpucourse.launch import collective_timeout
 
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     agent_hosts = os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"  # else rank 0 hosts the store
@@ -54,7 +55,7 @@ def init_attempt_process_group():
                           is_master=not agent_hosts and rank == 0, timeout=timedelta(seconds=60))
     attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
     dist.init_process_group("gloo", store=dist.PrefixStore(f"attempt_{attempt}", store), rank=rank,
-                            world_size=world, timeout=COLLECTIVE_TIMEOUT)
+                            world_size=world, timeout=collective_timeout())
 
 
 def sharded_model(width: int, depth: int, seed: int = 0):

@@ -194,10 +194,13 @@ def collectives(numel: int = 10) -> dict:
     x = torch.arange(numel, dtype=torch.float32) * (rank + 1)
     padded = torch.zeros(shard * world)
     padded[:numel] = x
+    # the _single names since torch 2.13; before, reduce_scatter_tensor and all_gather_into_tensor (deprecated now)
+    reduce_scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+    all_gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
     mine = torch.empty(shard)
-    dist.reduce_scatter_tensor(mine, padded)  # rank r gets the sum of every rank's chunk r
+    reduce_scatter(mine, padded)  # rank r gets the sum of every rank's chunk r
     gathered = torch.empty(shard * world)
-    dist.all_gather_into_tensor(gathered, mine)  # every rank gets every chunk
+    all_gather(gathered, mine)  # every rank gets every chunk
     reduced = x.clone()
     dist.all_reduce(reduced)
     return {"numel": numel, "shard": shard, "my_chunk": mine.tolist(), "after_all_gather": gathered[:numel].tolist(),

@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from gpucourse.amp import beside  # noqa: F401 - lesson 5 plots its numbers beside the reference's too
+from gpucourse.amp_figures import beside  # noqa: F401 - lesson 5 plots its numbers beside the reference's too
 from gpucourse.timing import seconds_per_call
 
 

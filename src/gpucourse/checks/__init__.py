@@ -44,7 +44,7 @@ LESSONS = _lesson_modules()  # one per assignment; each sets ASSIGNMENT and decl
 
 UNANSWERED = "not answered yet"  # how every check of a stub or a missing answer begins
 
-KINDS = {  # Answer.kind -> (test, what to call it in a message)
+TYPES = {  # Answer.type -> (test, what to call it in a message)
     "function": (callable, "a function"),
     "class": (callable, "a class"),
     "dict": (lambda v: isinstance(v, dict), "a dict"),
@@ -61,7 +61,7 @@ class Answer:
     stub (``line()``), and in the message a check gives when the answer is missing.
     """
     name: str
-    kind: str  # a key of KINDS
+    type: str  # a key of TYPES
     describes: str
 
     def line(self) -> str:
@@ -149,6 +149,11 @@ class Exercise:
     # An answer exercise's answer as self-check hashes it (``reads(ns, exercise)``: plain data), when
     # the grader reads it otherwise than the first public case's observer does (checks/self_check.py).
     reads: "Callable[[dict, Exercise], Any] | None" = None
+    # An answer exercise whose answer is one dict: for each key of the solution's dict, the values of
+    # the form its text asks for (what the public checks allow, never which are right; ``choices(solution)``).
+    # ``make release`` keeps every combination the grader accepts among them in the self-check key
+    # (checks/self_check.py reads it). None: one accepted answer, the solution's.
+    choices: "Callable[[dict], dict[Any, list]] | None" = None
 
     @property
     def test_id(self) -> str:
@@ -166,16 +171,18 @@ ANSWERS: dict[str, tuple[Answer, ...]] = {}  # exercise -> the names its checks 
 
 
 def register(exercise: str, *cases: Case, answers: tuple[Answer, ...] | list[Answer] = (),
-             points: float | None = None, kind: "str | Script" = "function", reads=None) -> None:
+             points: float | None = None, kind: "str | Script" = "function", reads=None, choices=None) -> None:
     """Declare ``exercise`` (its answer cell's grade id) in a lesson's check module.
 
     The exercise belongs to the assignment named by the calling module's ``ASSIGNMENT``, which every
     lesson's check module sets before it registers anything (a module without it is refused).
-    ``reads``: see ``Exercise.reads`` (answer exercises only)."""
+    ``reads``, ``choices``: see ``Exercise`` (answer exercises only)."""
     if not isinstance(kind, Script) and kind not in ("function", "answer"):
         raise ValueError(f"{exercise}: kind must be 'function', 'answer' or a Script, not {kind!r}")
     if reads is not None and kind != "answer":
         raise ValueError(f"{exercise}: reads= is for answer exercises (self-check reads their answer)")
+    if choices is not None and kind != "answer":
+        raise ValueError(f"{exercise}: choices= is for answer exercises (self-check's key lists their accepted answers)")
     module = sys.modules[sys._getframe(1).f_globals["__name__"]]
     assignment = getattr(module, "ASSIGNMENT", None)
     if not isinstance(assignment, str):
@@ -183,7 +190,7 @@ def register(exercise: str, *cases: Case, answers: tuple[Answer, ...] | list[Ans
     PUBLIC.setdefault(exercise, []).extend(cases)
     if answers:
         ANSWERS[exercise] = tuple(answers)
-    EXERCISES[exercise] = Exercise(exercise, assignment, points, kind, tuple(answers), PUBLIC[exercise], reads)
+    EXERCISES[exercise] = Exercise(exercise, assignment, points, kind, tuple(answers), PUBLIC[exercise], reads, choices)
 
 
 def exercises(assignment: str | None = None) -> list[Exercise]:
@@ -214,7 +221,7 @@ def answer_problem(ns: dict, name: str) -> str | None:
     spec = declared(name) or Answer(name, "", "as the exercise asks")
     if name not in ns:
         return spec.missing()
-    test, called = KINDS.get(spec.kind, (lambda v: True, ""))
+    test, called = TYPES.get(spec.type, (lambda v: True, ""))
     value = ns[name]
     if not test(value):
         return f"`{name}` must be {called}; got {type(value).__name__} (define `{name}`: {spec.describes})"

@@ -6,10 +6,11 @@ of ``gpucourse.checks.ddp_harness`` (gloo on CPU, NCCL when there are GPUs) on a
 rank runs the exercise's *driver* on the student's code and writes what it found to
 ``rank<N>.json``; a judge then compares all ranks' files, not a line that rank 0 printed. The launch
 and the reading are the lessons' own (``gpucourse.launch``): a launch that runs out of time takes
-every rank with it. While grading, the grader installs its own launcher as ``LAUNCHER``: it forks
-the launcher and ranks from a clean copy of its runner instead of starting Pythons, and protects
-each rank as it protects the cells (same harness, environment and reports). This module imports
-nothing of the grader.
+every rank with it. How a launch is made is a frozen ``LaunchPolicy``: the defaults outside grading;
+while grading, the grader's, installed for its whole run with ``launch_policy(...)``: its launcher
+forks the launcher and ranks from a clean copy of its runner instead of starting Pythons, and
+protects each rank as it protects the cells (same harness, environment and reports), with the
+exercise sources as the grader read them from the submission. This module imports nothing of the grader.
 """
 
 from __future__ import annotations
@@ -19,20 +20,62 @@ import inspect
 import json
 import re
 import tempfile
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
+from types import MappingProxyType
+from typing import Callable, Mapping
 
 from gpucourse.launch import read_rank_reports, torchrun
 
 WORLD_SIZE = 2
-# seconds for the whole launch; collectives time out sooner (harness). The grader sets its own
-# through the job it sends the sandbox.
-SCRIPT_TIMEOUT = 180
 HEADER = "import os\nimport torch\nimport torch.distributed as dist\n\n"
-# Where graded launches go: None outside grading (``torchrun -m gpucourse.checks.ddp_harness``); while
-# grading, what the grader's worker installed: ``LAUNCHER(target, nproc=, timeout=, cwd=, source=)``
-# returning a ``gpucourse.launch.Launch`` (the grader's: a launch forked from its runner's clean copy, or
-# torchrun on its protected rank). The runner's snapshot holds it, so a student cell cannot change it.
-LAUNCHER = None
+
+
+@dataclass(frozen=True)
+class LaunchPolicy:
+    """How ``run_exercise_script`` launches an exercise's script.
+
+    ``launcher``: None starts ``torchrun -m gpucourse.checks.ddp_harness`` (a student's own check);
+    else ``launcher(target, nproc=, timeout=, cwd=, source=)`` returning a ``gpucourse.launch.Launch``
+    (the grader's: forked from its runner's clean copy, or torchrun on its protected rank).
+    ``tries``: launches that failed for a reason of the machine's (``INFRASTRUCTURE``) are tried again,
+    up to this many in all. ``script_seconds``: the whole launch's time; collectives time out sooner
+    (``gpucourse.launch.collective_timeout``). ``sources``: each exercise's source as the grader read it
+    from the submission (exercise name -> text); an exercise not in it is read from the notebook.
+    """
+
+    launcher: Callable | None = None
+    tries: int = 3
+    script_seconds: float = 180.0
+    sources: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self):
+        if int(self.tries) < 1 or not self.script_seconds > 0:
+            raise ValueError(f"a launch policy needs tries >= 1 and script_seconds > 0, not {self.tries}, {self.script_seconds}")
+        object.__setattr__(self, "sources", MappingProxyType(dict(self.sources)))
+
+
+DEFAULT_POLICY = LaunchPolicy()
+_policy = DEFAULT_POLICY  # written only by launch_policy(), below
+
+
+def policy() -> LaunchPolicy:
+    """The launch policy in force: ``DEFAULT_POLICY`` unless ``launch_policy`` installed another."""
+    return _policy
+
+
+@contextmanager
+def launch_policy(chosen: LaunchPolicy):
+    """Launch with ``chosen`` inside the ``with`` block (the grader's worker: its whole run), then as before."""
+    global _policy
+    if not isinstance(chosen, LaunchPolicy):
+        raise TypeError(f"launch_policy needs a LaunchPolicy, not {type(chosen).__name__}")
+    previous, _policy = _policy, chosen
+    try:
+        yield chosen
+    finally:
+        _policy = previous
 
 
 def _defined_names(source: str) -> set[str]:
@@ -44,10 +87,11 @@ def _defined_names(source: str) -> set[str]:
 
 
 def exercise_source(ns: dict, exercise: str, names: list[str]) -> str:
-    """The exercise cell's source: given by the grader; in a notebook, the latest cells that define
-    ``names`` (IPython keeps them in ``In``: whole cells, so their imports come along); else the
-    definitions themselves (``inspect``, which cannot find classes defined in a notebook)."""
-    given = ns.get("__exercise_sources__", {}).get(exercise)
+    """The exercise cell's source: the launch policy's (what the grader read from the submission); in a
+    notebook, the latest cells that define ``names`` (IPython keeps them in ``In``: whole cells, so their
+    imports come along); else the definitions themselves (``inspect``, which cannot find classes
+    defined in a notebook)."""
+    given = _policy.sources.get(exercise)
     if given is not None:
         return given
     history = ns.get("In")
@@ -80,6 +124,11 @@ def unanswered(source: str, names: list[str]) -> list[str]:
 
 
 _LAUNCHED: dict[tuple[str, int, str, str], dict] = {}  # one launch per source and inputs: cases share it
+
+
+def forget_launches() -> None:
+    """Launch again from now on (the grader's worker, once the cells are done: launches are the checks' own)."""
+    _LAUNCHED.clear()
 
 
 def run_exercise_script(ns: dict, exercise: str, inputs=None, world_size: int | None = None) -> dict:
@@ -116,33 +165,33 @@ def run_exercise_script(ns: dict, exercise: str, inputs=None, world_size: int | 
 # or a thread or process could not start (a loaded machine). Tried again, then reported.
 INFRASTRUCTURE = re.compile(r"Rendezvous(Connection|Timeout|Closed)Error|DistNetworkError|cannot join thread before it is started|"
                             r"can't start new thread|Resource temporarily unavailable")
-TRIES = 3  # the grader sets it from its settings (launch_tries) in graded runs
 
 
 def _launch(source: str, world_size: int, driver: str, inputs=None) -> dict:
     """``_launch_once``, again when it failed for a reason of the machine's (``INFRASTRUCTURE``), up to
-    TRIES times; still failing, the record says so (``infrastructure``) and the grader flags it."""
-    for _ in range(TRIES):
-        record, output = _launch_once(source, world_size, driver, inputs)
+    the policy's ``tries``; still failing, the record says so (``infrastructure``) and the grader flags it."""
+    chosen = _policy
+    for _ in range(chosen.tries):
+        record, output = _launch_once(source, world_size, driver, inputs, chosen)
         failed = record["returncode"] not in (0, "timeout")
         why = INFRASTRUCTURE.search(output) if failed else None
         if why is None:
             return record
-    return {**record, "infrastructure": f"{why.group(0)} in each of {TRIES} launches"}
+    return {**record, "infrastructure": f"{why.group(0)} in each of {chosen.tries} launches"}
 
 
-def _launch_once(source: str, world_size: int, driver: str, inputs=None) -> tuple[dict, str]:
+def _launch_once(source: str, world_size: int, driver: str, inputs, chosen: LaunchPolicy) -> tuple[dict, str]:
     with tempfile.TemporaryDirectory(prefix="gpucourse-ddp-") as folder:
         work = Path(folder)
         (work / "student.py").write_text(source)
         if inputs is not None:
             (work / "inputs.json").write_text(json.dumps(inputs))
         target = [str(work / "student.py"), str(work), driver]
-        if LAUNCHER is not None:  # grading: the grader's launcher
-            launch = LAUNCHER(target, nproc=world_size, timeout=SCRIPT_TIMEOUT, cwd=str(work), source=source)
+        if chosen.launcher is not None:  # grading: the grader's launcher
+            launch = chosen.launcher(target, nproc=world_size, timeout=chosen.script_seconds, cwd=str(work), source=source)
         else:
             launch = torchrun(["-m", "gpucourse.checks.ddp_harness", *target], nproc=world_size,
-                              timeout=SCRIPT_TIMEOUT, cwd=work)
+                              timeout=chosen.script_seconds, cwd=work)
         reports = launch.reports if launch.reports is not None else read_rank_reports(work, strict=False)
         ranks = {str(rank): report for rank, report in reports.items()}
     tail = "\n".join(line for line in launch.output.splitlines() if line.strip())[-1500:]

@@ -110,7 +110,8 @@ def _judge_choices_form(d):
 register("choose_tools", Case("one known tool for each of a-f", observe_choices, _judge_choices_form),
          answers=[Answer("choices", "dict",
                          'a dict from each workload key "a", "b", "c", "d", "e", "f" to one tool, a str: '
-                         '"serial", "threads", "processes" or "asyncio"')], points=2, kind="answer")
+                         '"serial", "threads", "processes" or "asyncio"')], points=2, kind="answer",
+         choices=lambda solution: {k: ["serial", "threads", "processes", "asyncio"] for k in solution})
 
 
 # (Exercise 4, explaining a measurement, is a markdown answer graded by hand: nothing to declare.)

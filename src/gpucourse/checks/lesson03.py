@@ -88,7 +88,17 @@ def _judge_case_form(d):
     return f"unknown codes {d['unknown']}: use the keys of CODES" if d["unknown"] else None
 
 
+def _every_set_of_codes() -> list[set[str]]:
+    """Every set of T.CODES' keys, the empty one included: the form of one case's answer."""
+    import itertools
+
+    from gpucourse.tensor_cores import CODES
+
+    codes = sorted(CODES)
+    return [set(c) for r in range(len(codes) + 1) for c in itertools.combinations(codes, r)]
+
+
 register("case_answers", Case("cases 1-3, each a set of known codes", observe_case_answers, _judge_case_form),
          answers=[Answer("case_answers", "dict",
                          "a dict from each case number 1, 2, 3 (ints) to a set of codes, each code a str key of T.CODES")],
-         points=2, kind="answer")
+         points=2, kind="answer", choices=lambda solution: {k: _every_set_of_codes() for k in solution})

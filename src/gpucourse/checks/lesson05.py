@@ -121,4 +121,7 @@ register("loader_settings", Case("scenarios a-d: the three settings each, of the
          answers=[Answer("loader_settings", "dict",
                          'a dict from each scenario key "a", "b", "c", "d" to a dict of its settings: '
                          '{"pin_memory": bool, "num_workers": int, "persistent_workers": bool}')],
-         points=2, kind="answer")
+         points=2, kind="answer",
+         choices=lambda solution: {k: [{"pin_memory": pin, "num_workers": workers, "persistent_workers": keep}
+                                       for pin in (False, True) for workers in range(0, 33) for keep in (False, True)]
+                                   for k in solution})

@@ -111,22 +111,25 @@ def call_on_models(ns, name, calls):
 
 def bytes_verdict(got, want_dicts, where: str, numpy_ok: bool = False) -> str | None:
     """What is wrong with the described outcome ``got`` of a call, when the text asks for one of
-    ``want_dicts`` (each ``{"params", "grads", "optimizer"}`` of ints, or the str "ValueError")."""
+    ``want_dicts`` (each ``{"params", "grads", "optimizer"}`` of ints, or an exception's name, "ValueError" or
+    "TypeError")."""
     from gpucourse.checks.values import type_words
 
     if not isinstance(got, dict) or ("returned" in got) == ("raised" in got):
         return f"{where}: no outcome was reported"
     values = [w for w in want_dicts if isinstance(w, dict)]
+    errors = [w for w in want_dicts if isinstance(w, str)]
+    must = " or ".join(errors)
     if "raised" in got:
         raised = got["raised"] if isinstance(got["raised"], list) else []
-        if "ValueError" in want_dicts and "ValueError" in raised:
+        if any(e in raised for e in errors):
             return None
         name = raised[0] if raised else "an exception"
         if not values:
-            return f"{where}: raised {name}; it must raise ValueError"
-        return f"{where}: raised {name}" + ("" if "ValueError" in want_dicts else ", but these arguments are valid")
+            return f"{where}: raised {name}; it must raise {must}"
+        return f"{where}: raised {name}" + ("" if errors else ", but these arguments are valid")
     if not values:
-        return f"{where}: returned {type_words(got['returned'])}; it must raise ValueError"
+        return f"{where}: returned {type_words(got['returned'])}; it must raise {must}"
     returned = got["returned"]
     pairs = returned.get("__dict__") if isinstance(returned, dict) and set(returned) == {"__dict__"} else None
     if not isinstance(pairs, list):

@@ -118,7 +118,8 @@ def drive_sharded_adam(ns, inputs=None):
     """On this rank, for every run of ``inputs`` (SHARDED_INPUTS by default; a run's own settings over the
     launch's, ``run_settings``): build the model (the same on every rank), the student's ShardedAdam over
     its parameters (as the run's ``call`` says: "keywords", "positional", "lr_only" or "defaults"), and for
-    every step compute this rank's loss on its own rows, backward, ``step()``; record the weights after
+    every step compute this rank's loss on its own rows, backward, drop the ``.grad`` of the parameters the run's
+    ``drop`` list names for this step and rank (``{"step", "param", "ranks"}``), ``step()``; record the weights after
     every step and the bytes of the tensors the optimizer keeps (not the parameters, not their gradients)."""
     import torch.distributed as dist
     from torch.nn import functional as F
@@ -151,6 +152,10 @@ def drive_sharded_adam(ns, inputs=None):
                     p.grad = None
                 x, y = rank_rows(widths, s["seed"], step, rank, s["rows"])
                 F.mse_loss(model(x), y).backward()
+                params = list(model.parameters())
+                for drop in s.get("drop", []):  # parameters left without .grad on some ranks at some steps
+                    if drop["step"] == step and rank in drop["ranks"]:
+                        params[drop["param"]].grad = None
                 optimizer.step()
                 record["weights"].append([float(w) for p in model.parameters() for w in p.detach().reshape(-1)])
             params = list(model.parameters())
@@ -173,8 +178,9 @@ def run_words(settings, world_size) -> str:
     """A run in a few words, for messages."""
     how = {"positional": ", ShardedAdam(params, lr, betas, eps)", "defaults": ", ShardedAdam(params): the defaults",
            "lr_only": ", ShardedAdam(params, lr=...)"}.get(settings.get("call"), "")
+    dropped = ", some parameters without .grad on some processes (zeros there)" if settings.get("drop") else ""
     return (f"{world_size} ranks, widths {settings['widths']} ({parameter_count(settings['widths'])} parameters), "
-            f"{settings['steps']} steps{how}")
+            f"{settings['steps']} steps{how}{dropped}")
 
 
 def launch_problem(d, inputs=None, world_size=2) -> str | None:
