@@ -52,6 +52,9 @@ FINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEM
 KEPT = ("answers", "flags", "forgery", "seed", "notes", "log", "seconds", "scores", "max_scores", "report")
 
 
+UNANSWERED_SECONDS = 300  # squeue failing this long (the controller gone): the grader stops, cancelling the array
+
+
 class NotGraded(Exception):
     """A submission its array task never graded, after every try (the reason says what Slurm reported)."""
 
@@ -115,6 +118,7 @@ class Array:
         self.jobs: dict[int, list[int]] = {}  # running array job -> its indexes
         self.tries: dict[int, list[str]] = {i: [] for i in range(self.count)}  # index -> each try's end
         self.failed: dict[tuple[str, str], str] = {}  # ungraded after every try -> why
+        self.unanswered_since: float | None = None  # when squeue began failing, while it does
 
     def plan(self, pairs: list[tuple[str, str]], released, hide: list[Path]) -> None:
         """Deal the class into the array's shards (longest first) and tell the tasks, which wait for it."""
@@ -163,7 +167,15 @@ class Array:
         out = subprocess.run(["squeue", "-h", "-j", str(job), "-o", "%T"], capture_output=True, text=True,
                              timeout=30, env=self.env)
         if out.returncode:
-            return "invalid job id" not in out.stderr.lower()  # any other error: look again later
+            if "invalid job id" in out.stderr.lower():
+                return False
+            # any other error (the controller restarting): look again later, but not forever
+            self.unanswered_since = self.unanswered_since or time.monotonic()
+            if time.monotonic() - self.unanswered_since > UNANSWERED_SECONDS:
+                raise SystemExit(f"squeue has failed for {UNANSWERED_SECONDS} s, the grading array's state is unknown: "
+                                 f"{out.stderr.strip() or out.returncode}")
+            return True
+        self.unanswered_since = None
         states = set(out.stdout.split())
         return bool(states - FINAL)
 

@@ -236,7 +236,9 @@ def executed_solutions(paths: list[Path]) -> list:
     return [runs[path] if runs[path] is not None else executed_solution(path) for path in paths]
 
 
-SLURM_LOCK = ROOT / "build" / ".local-slurm.lock"
+# The cluster is one per machine (its state folder and ports), whatever checkout's tests use it: the lock
+# lives beside its state folder, so two checkouts' test runs take turns too.
+SLURM_LOCK = Path(environment.slurm_dir().rstrip("/") + ".lock")
 
 
 @contextmanager

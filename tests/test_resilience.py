@@ -104,6 +104,70 @@ def test_save_timing_demo_reports_every_width():
             assert r["blocking_seconds"] > 0 and r["full_state_seconds"] > 0
 
 
+def test_resumable_sampler_shuffles_each_epoch_and_resumes_from_its_state():
+    sampler = H.ResumableSampler(rows=12, batch=4, seed=3)
+    epochs = [[sampler.next_batch() for _ in range(3)] for _ in range(2)]
+    for batches in epochs:  # an epoch: every row once
+        assert sorted(i for b in batches for i in b) == list(range(12))
+    assert epochs[0] != epochs[1]  # a new order each epoch
+    sampler = H.ResumableSampler(rows=12, batch=4, seed=3)
+    for _ in range(2):
+        sampler.next_batch()
+    state = sampler.state_dict()
+    assert state == {"epoch": 0, "position": 2}
+    ahead = [sampler.next_batch() for _ in range(3)]  # crosses into epoch 1
+    restored = H.ResumableSampler(rows=12, batch=4, seed=3)
+    restored.load_state_dict(state)
+    assert [restored.next_batch() for _ in range(3)] == ahead == [epochs[0][2], epochs[1][0], epochs[1][1]]
+    assert [H.ResumableSampler(rows=12, batch=4, seed=3).next_batch() for _ in range(3)] != ahead  # fresh: from the start
+
+
+def test_rank_rng_restores_this_ranks_generator_under_its_own_key():
+    from torch.distributed.checkpoint.stateful import Stateful
+
+    for stateful in (H.RankRNG(1), H.ResumableSampler(), H.AppState(None, None)):
+        assert isinstance(stateful, Stateful)  # the protocol DCP checks for
+    import torch
+
+    torch.manual_seed(5)
+    rng = H.RankRNG(1)
+    state = rng.state_dict()
+    assert list(state) == ["rank1"]
+    drawn = torch.rand(4)
+    torch.manual_seed(6)
+    rng.load_state_dict(state)
+    assert torch.equal(torch.rand(4), drawn)
+
+
+def test_resume_with_loader_and_rng_state_is_bit_identical_and_without_them_is_not():
+    with tempfile.TemporaryDirectory(prefix="test-resilience-") as folder:
+        ranks, _ = H.run("resume", nproc=2, ckpt=Path(folder) / "c", width=16, steps=8, stop_at=5)
+    assert ranks[0]["saved_keys"] == ["loader.epoch", "loader.position", "rng.rank0.cpu", "rng.rank1.cpu", "step"]
+    assert ranks[1]["rng_differs_from_rank0"]  # each rank its own generator: one key would not do
+    for r in ranks:
+        clean = r["uninterrupted"]
+        assert len(clean["batches"]) == 3 and all(len(b) == H.LOADER_BATCH for b in clean["batches"])
+        everything, no_rng, model_only = (r[name] for name in H.RESUME_VARIANTS)
+        assert all(v["resumed_at"] == 5 for v in (everything, no_rng, model_only))
+        assert everything["batches"] == clean["batches"] and everything["weights"] == clean["weights"]
+        assert no_rng["batches"] == clean["batches"] and no_rng["weights"] != clean["weights"]  # dropout masks
+        assert model_only["batches"] == clean["first_batches"] != clean["batches"]  # the epoch started again
+        assert model_only["weights"] != clean["weights"]
+    assert ranks[0]["uninterrupted"]["weights"] == ranks[1]["uninterrupted"]["weights"]
+
+
+def test_a_rank_that_skips_a_collective_fails_the_other_at_the_timeout_one_that_raises_at_once():
+    faults = H.run_fault(timeout_seconds=3)
+    assert faults["returncode"] not in (0, None)  # the raise ended the launch with an error
+    assert "simulated crash" in faults["output"]
+    skipped, raised = faults["skip"], faults["raise"]
+    assert "Timed out" in skipped["error"]
+    assert 3 <= skipped["seconds_to_error"] < 9  # not before the timeout
+    if raised["seconds_to_error"] is not None:  # rank 0 saw the closed connection before torchrun stopped it
+        assert "Connection closed" in raised["error"]
+    assert raised["seconds_to_end"] < 30  # no timeout to wait for: the launch ended when the process did
+
+
 # --- the judges ------------------------------------------------------------------------------------------
 
 def _right(root):
@@ -113,7 +177,7 @@ def _right(root):
     if not root.is_dir():
         return None
     found = [(int(m.group(1)), p) for p in root.iterdir()
-             if p.is_dir() and (m := re.fullmatch(r"step_(\d+)", p.name)) and (p / ".metadata").is_file()]
+             if p.is_dir() and (m := re.fullmatch(r"step_([0-9]+)", p.name)) and (p / ".metadata").is_file()]
     return max(found)[1] if found else None
 
 

@@ -176,7 +176,9 @@ def test_a_failed_task_is_retried_from_where_it_stopped_then_its_rest_is_flagged
     student, aid = ungraded[0].split(":", 1)[0].split("/")
     assert (student, aid) in shards[0]
     assert "its Slurm array task 0 failed 2 time(s)" in ungraded[0]
-    assert "try 1: job" in ungraded[0] and "try 2: job" in ungraded[0] and "FAILED" in ungraded[0]
+    # what Slurm said about each try: the very task killed, which Slurm reports CANCELLED (scancel sent the signal)
+    for n, (task, _) in enumerate(killer.kills[0], 1):
+        assert f"try {n}: job {task}: CANCELLED" in ungraded[0], (task, ungraded[0])
     assert (results / "flagged.txt").read_text().count("not graded") == 1
     assert batch.problems == [f"{student}/{aid}: could not be graded: NotGraded: " + ungraded[0].split("not graded: ", 1)[1]]
     assert (results / "problems.txt").read_text() == batch.problems[0] + "\n"
@@ -237,3 +239,25 @@ def test_a_result_that_cannot_be_read_is_a_grader_fault_not_a_score(tmp_path):
     other.write_text(json.dumps({"student": "ada", "assignment": "a", "error": {"type": "ValueError", "message": "m"}}))
     fault = array._read(other, "ada", "a")
     assert (type(fault).__name__, str(fault)) == ("ValueError", "m")
+
+
+def test_a_controller_that_stops_answering_ends_the_grading_instead_of_a_wait_forever(monkeypatch):
+    """squeue failing (a controller restarting) is looked at again, for UNANSWERED_SECONDS; then the grader stops,
+    saying why, rather than polling a cluster that is gone; one answer in between starts the wait again."""
+    array = object.__new__(slurm_grade.Array)
+    array.env, array.unanswered_since = {}, None
+    now = [1000.0]
+    answers = []
+    monkeypatch.setattr(slurm_grade.time, "monotonic", lambda: now[0])
+    monkeypatch.setattr(slurm_grade.subprocess, "run", lambda *a, **k: answers.pop(0))
+    down = subprocess.CompletedProcess([], 1, "", "slurm_load_jobs error: Unable to contact slurm controller")
+    answers += [down, subprocess.CompletedProcess([], 0, "RUNNING\n", ""), down, down]
+    assert array.running(7)  # unknown: still running, for now
+    now[0] += slurm_grade.UNANSWERED_SECONDS + 1
+    assert array.running(7)  # it answered: the wait starts again
+    assert array.running(7)
+    now[0] += slurm_grade.UNANSWERED_SECONDS + 1
+    with pytest.raises(SystemExit, match="squeue has failed for .* Unable to contact slurm controller"):
+        array.running(7)
+    answers.append(subprocess.CompletedProcess([], 1, "", "slurm_load_jobs error: Invalid job id specified"))
+    assert not array.running(7)  # Slurm forgot it: it ended

@@ -62,13 +62,13 @@ def start(close: tuple[int, ...] = ()) -> bool:
             os.close(fd)
         return False
     if pid == 0:
-        def serve() -> int:
+        def copy() -> int:
             for fd in (requests_w, responses_r, *close):
                 os.close(fd)
             serve(Channel(read=requests_r), Channel(write=responses_w))
             return 0
 
-        in_child(serve, code=0)
+        in_child(copy, code=0)
     os.close(requests_r)
     os.close(responses_w)
     _ZYGOTE = {"pid": pid, "requests": Channel(write=requests_w), "responses": Channel(read=responses_r)}

@@ -282,7 +282,224 @@ def timing_demo(ckpt: Path, widths: list[int], depth: int) -> dict:
     return {"rows": rows}
 
 
-DEMOS = {"save", "load", "train", "timing"}
+# --- section 6: what else a checkpoint must hold (Stateful objects), and a rank that fails or hangs ---
+
+DATASET_ROWS, LOADER_BATCH = 48, 8  # 6 global batches per epoch: a resume at step 5 of 8 crosses an epoch
+
+
+class AppState:
+    """Model and optimizer as one ``Stateful`` (lesson 16): DCP calls ``state_dict()`` on save and on load
+    (to get the tensors it fills in place), then ``load_state_dict()``; the DCP tutorial's ``AppState``."""
+
+    def __init__(self, model, optimizer):
+        self.model, self.optimizer = model, optimizer
+
+    def state_dict(self) -> dict:
+        from torch.distributed.checkpoint.state_dict import get_state_dict
+
+        model_state, optimizer_state = get_state_dict(self.model, self.optimizer)
+        return {"model": model_state, "optimizer": optimizer_state}
+
+    def load_state_dict(self, state: dict) -> None:
+        from torch.distributed.checkpoint.state_dict import set_state_dict
+
+        set_state_dict(self.model, self.optimizer, model_state_dict=state["model"],
+                       optim_state_dict=state["optimizer"])
+
+
+class ResumableSampler:
+    """A shuffling sampler that remembers where it is, ``Stateful`` (lesson 16): each epoch a new order of
+    ``rows`` indices (from ``seed`` and the epoch alone), cut into global batches of ``batch``; its state is the
+    epoch and how many batches of it were handed out."""
+
+    def __init__(self, rows: int = DATASET_ROWS, batch: int = LOADER_BATCH, seed: int = 0):
+        self.rows, self.batch, self.seed = rows, batch, seed
+        self.epoch, self.position = 0, 0
+
+    def next_batch(self) -> list[int]:
+        """The next global batch's row indices (every rank gets the same list and takes its slice)."""
+        if self.position == self.rows // self.batch:  # epoch done: a new order
+            self.epoch, self.position = self.epoch + 1, 0
+        order = torch.randperm(self.rows, generator=torch.Generator().manual_seed(self.seed * 1_000_003 + self.epoch))
+        start, self.position = self.position * self.batch, self.position + 1
+        return order[start:start + self.batch].tolist()
+
+    def state_dict(self) -> dict:
+        return {"epoch": self.epoch, "position": self.position}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.epoch, self.position = int(state["epoch"]), int(state["position"])
+
+
+class RankRNG:
+    """This rank's random generators as a ``Stateful`` (lesson 16), under a key of its own (``rank<R>``): ranks
+    draw different dropout masks, and DCP writes a key that every rank saves only once."""
+
+    def __init__(self, rank: int):
+        self.key = f"rank{rank}"
+
+    def state_dict(self) -> dict:
+        state = {"cpu": torch.get_rng_state()}
+        if torch.cuda.is_available() and torch.cuda.is_initialized():  # a GPU run: its generator too
+            state["cuda"] = torch.cuda.get_rng_state()
+        return {self.key: state}
+
+    def load_state_dict(self, state: dict) -> None:
+        torch.set_rng_state(state[self.key]["cpu"])
+        if "cuda" in state[self.key]:
+            torch.cuda.set_rng_state(state[self.key]["cuda"])
+
+
+def dropout_model(width: int, seed: int = 0):
+    """A small MLP with dropout (so the random generator matters) in float64, sharded with FSDP2, and Adam."""
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    torch.manual_seed(seed)
+    model = nn.Sequential(nn.Linear(IN_FEATURES, width), nn.ReLU(), nn.Dropout(0.5),
+                          nn.Linear(width, OUT_FEATURES)).to(torch.float64)
+    mesh = init_device_mesh("cpu", (dist.get_world_size(),))
+    for layer in model:
+        if isinstance(layer, nn.Linear):
+            fully_shard(layer, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+    return model, torch.optim.Adam(model.parameters(), lr=1e-2)
+
+
+def loader_step(model, optimizer, sampler, data) -> list[int]:
+    """One step on this rank's slice of the sampler's next global batch; that batch's indices."""
+    import torch.distributed as dist
+
+    indices = sampler.next_batch()
+    rank, world = dist.get_rank(), dist.get_world_size()
+    mine = indices[rank * len(indices) // world:(rank + 1) * len(indices) // world]
+    x, y = data
+    optimizer.zero_grad()
+    nn.functional.mse_loss(model(x[mine]), y[mine]).backward()
+    optimizer.step()
+    return indices
+
+
+RESUME_VARIANTS = {"everything": ("app", "loader", "rng"), "no RNG state": ("app", "loader"),
+                   "model and optimizer only": ("app",)}
+
+
+def start_process(seed: int = 0):
+    """What a (re)started rank does first: seed its generator, ``seed`` plus its rank (each rank its own masks)."""
+    import torch.distributed as dist
+
+    torch.manual_seed(100 + seed + dist.get_rank())
+
+
+def resume_demo(ckpt: Path, width: int, steps: int, stop_at: int) -> dict:
+    """Train ``steps`` steps with dropout and a shuffling sampler, saving model, optimizer, sampler and each
+    rank's RNG state with DCP after ``stop_at``; then, per ``RESUME_VARIANTS``, new model, sampler and a re-seeded
+    generator (what a restarted process starts with) load a part of that checkpoint and train to ``steps``."""
+    import torch.distributed as dist
+    import torch.distributed.checkpoint as dcp
+
+    g = torch.Generator().manual_seed(7)
+    data = (torch.randn(DATASET_ROWS, IN_FEATURES, generator=g, dtype=torch.float64),
+            torch.randn(DATASET_ROWS, OUT_FEATURES, generator=g, dtype=torch.float64))
+    model, optimizer = dropout_model(width)
+    start_process()
+    sampler, seen = ResumableSampler(), []
+    for step in range(steps):
+        if step == stop_at:
+            dcp.save({"app": AppState(model, optimizer), "loader": sampler, "rng": RankRNG(dist.get_rank()),
+                      "step": step}, checkpoint_id=str(ckpt))
+            rng_at_save = torch.get_rng_state()
+        seen.append(loader_step(model, optimizer, sampler, data))
+    report = {"uninterrupted": {"batches": seen[stop_at:], "first_batches": seen[:steps - stop_at],
+                                "weights": full_weights(model)}}
+    other = [None] * dist.get_world_size()
+    dist.all_gather_object(other, rng_at_save.tolist())
+    report["rng_differs_from_rank0"] = other[dist.get_rank()] != other[0]
+    if dist.get_rank() == 0:
+        from torch.distributed.checkpoint import FileSystemReader
+
+        keys = FileSystemReader(str(ckpt)).read_metadata().state_dict_metadata
+        report["saved_keys"] = sorted(k for k in keys if not k.startswith("app."))
+    for name, parts in RESUME_VARIANTS.items():
+        model, optimizer = dropout_model(width, seed=1)  # other weights: only the load makes them right
+        start_process()
+        sampler = ResumableSampler()
+        state = {"app": AppState(model, optimizer), "loader": sampler, "rng": RankRNG(dist.get_rank()), "step": -1}
+        state = {key: state[key] for key in (*parts, "step")}
+        dcp.load(state, checkpoint_id=str(ckpt))  # loads only the keys asked for
+        batches = [loader_step(model, optimizer, sampler, data) for _ in range(int(state["step"]), steps)]
+        report[name] = {"batches": batches, "weights": full_weights(model), "resumed_at": int(state["step"])}
+    return report
+
+
+def fault_demo(out: Path, timeout_seconds: float) -> dict:
+    """Two faults of rank 1 in one launch, rank 0 waiting in an ``all_reduce`` each time; both ranks log events
+    with ``time.perf_counter()`` (``faults_rank<R>.json``). First rank 1 skips the collective (it sleeps instead)
+    on a group whose timeout is ``timeout_seconds``; then it raises, and the launch ends."""
+    import torch.distributed as dist
+    from datetime import timedelta
+
+    rank, events = dist.get_rank(), []
+    skip_group = dist.new_group(backend="gloo", timeout=timedelta(seconds=timeout_seconds))
+    dist.barrier()  # both ranks are up: the launch's start-up is not in what is timed
+
+    def note(event, **extra):
+        events.append({"event": event, "t": time.perf_counter(), **extra})
+        (out / f"faults_rank{rank}.json").write_text(json.dumps(events))
+
+    def failed(error):
+        note("error", type=type(error).__name__, message=str(error).splitlines()[0][:160])
+
+    if rank == 1:
+        note("skip")
+        time.sleep(timeout_seconds + 1)  # a branch only this rank took: it never calls that all_reduce
+    else:
+        try:
+            dist.all_reduce(torch.ones(1), group=skip_group)
+            note("returned")
+        except Exception as error:  # caught only so that this launch can show the second fault too
+            failed(error)
+    dist.barrier()  # the default group: rank 1 is back
+    if rank == 1:
+        note("raise")
+        raise RuntimeError("rank 1 raises before the all_reduce (a simulated crash)")
+    try:
+        dist.all_reduce(torch.ones(1))
+    except Exception as error:
+        failed(error)
+        raise
+    note("returned")
+    return {}
+
+
+def run_fault(timeout_seconds: float = 4) -> dict:
+    """Launch ``fault_demo`` on 2 ranks; per fault (``"skip"``, ``"raise"``) the seconds from rank 1's fault until
+    rank 0's ``all_reduce`` failed (None if rank 0 saw no error: torchrun stopped it first) and its error; for the
+    raise, also until the launch had ended. Lesson 16."""
+    import tempfile
+
+    from gpucourse.launch import torchrun
+
+    with tempfile.TemporaryDirectory(prefix="gpucourse-faults-") as out:
+        launch = torchrun(["-m", "gpucourse.resilience", "fault", "--out", out, "--ckpt", out,
+                           f"--timeout={timeout_seconds}"], nproc=2, timeout=120 + 2 * timeout_seconds)
+        ended = time.perf_counter()
+        logs = [json.loads((Path(out) / f"faults_rank{r}.json").read_text()) if (Path(out) / f"faults_rank{r}.json").exists()
+                else [] for r in (0, 1)]
+    faults, seen = [e for e in logs[1] if e["event"] in ("skip", "raise")], iter(logs[0])
+    found = {"returncode": launch.returncode, "timeout_seconds": timeout_seconds, "output": launch.output}
+    for fault in faults:  # rank 0's first event after each fault is what that fault did to it
+        answer = next((e for e in seen if e["t"] >= fault["t"]), None)
+        error = answer if answer and answer["event"] == "error" else None
+        found[fault["event"]] = {"seconds_to_error": error["t"] - fault["t"] if error else None,
+                                 "error": f"{error['type']}: {error['message']}" if error else None}
+    if "raise" in found:
+        found["raise"]["seconds_to_end"] = ended - next(f["t"] for f in faults if f["event"] == "raise")
+    return found
+
+
+DEMOS = {"save", "load", "train", "timing", "resume", "fault"}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -299,6 +516,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--every", type=int, default=3)
     parser.add_argument("--fail-rank", type=int, default=-1)
     parser.add_argument("--fail-at", type=int, default=-1)
+    parser.add_argument("--stop-at", type=int, default=5, help="resume: the step the checkpoint is saved at")
+    parser.add_argument("--timeout", type=float, default=4, help="fault: the skipped collective's timeout, seconds")
     args = parser.parse_args(argv)
     if "RANK" not in os.environ:
         parser.error("start this with torchrun: it needs RANK, WORLD_SIZE and MASTER_ADDR from it")
@@ -314,6 +533,10 @@ def main(argv: list[str] | None = None) -> int:
     elif args.demo == "train":
         report = train_demo(args.ckpt, args.out, args.width, args.depth, args.steps, args.every,
                             args.fail_rank, args.fail_at)
+    elif args.demo == "resume":
+        report = resume_demo(args.ckpt, args.width, args.steps, args.stop_at)
+    elif args.demo == "fault":
+        report = fault_demo(args.out, args.timeout)
     else:
         report = timing_demo(args.ckpt, [int(w) for w in args.widths.split(",")], args.depth)
     report.update(rank=dist.get_rank(), world_size=dist.get_world_size())

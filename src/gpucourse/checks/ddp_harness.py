@@ -10,7 +10,7 @@ lessons' own, from gpucourse.launch); Lightning drivers let the Trainer start it
 module ends it after the driver (``close_process_group``), so that every rank exits cleanly.
 
 ``main`` is three steps (``load_driver``, ``run_source``, ``drive``) and a write. The grader's own
-rank entry point (``autograders.worker.rank``) composes the same steps with its protection around
+rank entry point composes the same steps with its protection around
 them and its own way of reporting; this module imports nothing of the grader.
 """
 
