@@ -72,13 +72,18 @@ def test_the_reference_pads_as_zero_pads_and_reads_the_arguments_as_the_text():
     assert ref(big, "bf16", 3, 7) == {"params": 2 * 16, "grads": 0, "optimizer": 0}
     one = L.build_model({"widths": [1, 1]}, "meta")  # 2 elements on 1000 ranks: one each, padded
     assert ref(one, "fp32", 3, 1000) == {"params": 4, "grads": 4, "optimizer": 8 + 8}
-    for bad in [("fp16", 0, 1), ("FP32", 0, 1), ("fp32", 4, 1), ("fp32", 1.5, 1), ("fp32", "1", 1), ("fp32", None, 1),
-                ("fp32", 0, 0), ("fp32", 0, 2.0), ("fp32", 0, True), ("fp32", 0, "2"), (None, 0, 1)]:
+    # the text: ValueError for an unknown recipe or an int out of range; TypeError for a stage or world_size
+    # that is not a plain int (a bool, a float even when whole, a str, None)
+    for bad in [("fp16", 0, 1), ("FP32", 0, 1), ("fp32", 4, 1), ("fp32", -1, 1), ("fp32", 0, 0), (None, 0, 1)]:
         with pytest.raises(ValueError):
+            ref(model, *bad)
+    for bad in [("fp32", 1.5, 1), ("fp32", "1", 1), ("fp32", None, 1), ("fp32", True, 1), ("fp32", 2.0, 1),
+                ("fp32", 0, 2.0), ("fp32", 0, True), ("fp32", 0, "2")]:
+        with pytest.raises(TypeError):
             ref(model, *bad)
 
 
-def test_training_bytes_judges_accept_either_reading_and_reject_floor_division():
+def test_training_bytes_judges_hold_the_type_rule_and_reject_floor_division():
     import random
 
     hidden = _hidden()
@@ -99,16 +104,16 @@ def test_training_bytes_judges_accept_either_reading_and_reject_floor_division()
                             {"training_bytes": floor_answer}, random.Random(0))
     assert "'optimizer' is" in found and "not what the text's rule gives" in found
     assert "outcomes for" in judge([], floor)
-    strict = [c for c in hidden.draw_bad_arguments(random.Random(1)) if "also" in c]
-    assert len(strict) == 6  # stage True, False, NumPy 2, 2.0; world_size True, NumPy 3: either reading passes
+    bad = hidden.draw_bad_arguments(random.Random(1))
 
-    def rejects_bools(model, recipe, stage=0, world_size=1):
-        if isinstance(stage, bool) or type(stage) is not int:
-            raise ValueError("stage")
-        return hidden.reference_training_bytes(model, recipe, stage, int(world_size))
+    def accepts_bools(model, recipe, stage=0, world_size=1):  # True as stage 1: the text says TypeError
+        if isinstance(stage, bool):
+            stage = int(stage)
+        return hidden.reference_training_bytes(model, recipe, stage, world_size)
 
-    assert checks.run_case(checks.Case("x", hidden.observe_training_bytes_calls, judge, draw=lambda rng: strict),
-                           {"training_bytes": rejects_bools}, random.Random(0)) is None
+    found = checks.run_case(checks.Case("x", hidden.observe_training_bytes_calls, judge, draw=lambda rng: bad),
+                            {"training_bytes": accepts_bools}, random.Random(0))
+    assert found is not None and "TypeError" in found, found
 
 
 def ref_answer(hidden):

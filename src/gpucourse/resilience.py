@@ -15,6 +15,10 @@ Everything here runs as ranks of ``torchrun`` (gloo between CPU processes, as le
   only (``TORCHELASTIC_RESTART_COUNT == 0``), and ``torchrun --max-restarts=1`` restarts every rank;
 - ``timing``: save time against model size, blocking ``dcp.save`` against ``dcp.async_save`` (the time the
   training loop waits) and the old full-state ``torch.save`` on rank 0.
+- ``resume``: model and optimizer (``AppState``), a shuffling sampler (``ResumableSampler``) and each rank's RNG
+  state (``RankRNG``), all DCP ``Stateful`` objects, saved mid-run; a restart that loads all of them, all but the
+  RNG state, or the model and optimizer only, against the uninterrupted run;
+- ``fault``: a rank that skips a collective (the other waits until the timeout) and one that raises.
 
 Every batch is one global batch of ``GLOBAL_ROWS`` rows cut into equal slices per rank, so a run on 1, 2, 3 or
 4 ranks computes the same mean gradient: the weights after a resumed run can be compared across world sizes.
