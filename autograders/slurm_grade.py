@@ -7,7 +7,7 @@ registers the assignments, then waits for the plan (``FOLDER/plan.json``, FOLDER
 ``<RESULTS>/nbgrader/slurm``): the class dealt into the shards longest first, round the class, so that
 every shard gets its share of the multi-process exercises. Each task then runs the engine's steps on
 its shard, each submission in the same sandbox as the local pool
-(``grade.sandboxed``), saving each result as it ends into the task's own folder
+(``pool.sandboxed``), saving each result as it ends into the task's own folder
 (``slurm/task-<index>/<k>.json``, written whole then renamed). The grader, meanwhile, reads the
 results as they land and runs record.py's steps on each: it stays the gradebook's one writer, so the
 gradebook, feedback, logs, ``grades.csv``, ``flagged.txt`` and ``problems.txt`` are written exactly as
@@ -41,7 +41,7 @@ from pathlib import Path
 
 import nbformat
 
-from . import engine, grade, sandbox
+from . import engine, pool, sandbox
 from .context import Submission
 from .course import ROOT
 from .settings import Grading, SlurmGrading
@@ -122,7 +122,7 @@ class Array:
 
     def plan(self, pairs: list[tuple[str, str]], released, hide: list[Path]) -> None:
         """Deal the class into the array's shards (longest first) and tell the tasks, which wait for it."""
-        self.shards = shards(grade.longest_first(self.work, pairs, released), self.slurm.shard_size)
+        self.shards = shards(pool.longest_first(self.work, pairs, released), self.slurm.shard_size)
         assert len(self.shards) == self.count, (len(self.shards), self.count)
         _write(self.folder / "plan.json", {
             "shards": self.shards, "hide": [str(p) for p in hide],
@@ -266,7 +266,7 @@ def submitted(work: Path, count: int, jobs: int, limits: sandbox.Limits, preload
 
 
 def graded(array: Array, pairs, released, hide, batch):
-    """``grade.sandboxed``'s contract on Slurm: writes the plan, then yields (student, assignment, Graded or
+    """``pool.sandboxed``'s contract on Slurm: writes the plan, then yields (student, assignment, Graded or
     exception); what the array never graded is also flagged in ``batch`` with its reason."""
     array.plan(pairs, released, hide)
     for student, aid, result in array.results():
@@ -329,7 +329,7 @@ def task(folder: Path, index: int, attempt: int) -> int:
               f"{len(todo)} of {len(shard)} submission(s) to grade", flush=True)
         released = {aid: Path(path) for aid, path in plan["released"].items()}
         hide = [Path(p) for p in plan["hide"]]
-        for student, aid, result in grade.sandboxed(work, todo, released.__getitem__, hide, workers, limits, preload,
+        for student, aid, result in pool.sandboxed(work, todo, released.__getitem__, hide, workers, limits, preload,
                                                     preloads=preloads, grading=grading):
             _write(out / f"{position[(student, aid)]}.json", _saved(student, aid, result))
             print(f"{student}/{aid} saved", flush=True)

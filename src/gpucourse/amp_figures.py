@@ -6,12 +6,7 @@ reaches these through ``gpucourse.amp``; lesson 5 uses ``beside`` too.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import torch
-
-if TYPE_CHECKING:
-    from gpucourse.amp import StepTiming
 
 def _machine_in_title(ax, title: str, hardware: str, note: str | None) -> None:
     ax.set_title(f"{title}\nmeasured on {hardware}" + (f"\n{note}" if note else ""), fontsize=9)
@@ -69,9 +64,9 @@ def memory_figure(rows: dict[int, dict[str, dict[str, int]]], image_size: int, h
     return fig
 
 
-def step_time_figure(timings: list[StepTiming], note: str | None = None):
-    """ms per training step of each recipe on one machine (lesson 4), the peak memory written above each
-    bar where it was measured (CUDA). Returns the Figure."""
+def step_time_figure(timings: list, note: str | None = None):
+    """ms per training step of each recipe on one machine (lesson 4; ``timings``: ``gpucourse.amp.StepTiming``
+    rows), the peak memory written above each bar where it was measured (CUDA). Returns the Figure."""
     import matplotlib.pyplot as plt
 
     if not timings:
