@@ -18,6 +18,7 @@ One module per lesson, each named for what it holds:
   ``ddp_spawn`` script (``python -m gpucourse.darts_ddp``).
 - ``gpucourse.cluster``: lesson 10, beyond one machine (SLURM and torchrun launches).
 - ``gpucourse.local_slurm``: lesson 10, a real Slurm cluster of two emulated nodes on this machine (``make cluster``).
+- ``gpucourse.requeue``: lesson 10 with lesson 16, a ``--requeue`` job whose node is drained resumes from its checkpoint.
 - ``gpucourse.profiling``: lesson 11, profiling a training loop (``torch.profiler``, traces, timelines).
 - ``gpucourse.memory``: lesson 12, where the memory goes (storages, saved activations, checkpointing figures).
 - ``gpucourse.sharding``: lesson 13, sharded data parallel: ZeRO-1 by hand, ``ZeroRedundancyOptimizer``, FSDP2,
