@@ -29,6 +29,7 @@ One module per lesson, each named for what it holds:
   one eager op).
 - ``gpucourse.resilience``: lesson 16, checkpoints and restarts: ``torch.distributed.checkpoint`` with FSDP2, loading on
   another number of ranks, a rank restarted by ``torchrun --max-restarts`` (``torchrun ... -m gpucourse.resilience DEMO``).
+- ``gpucourse.resumable_state``: lesson 16's ``Stateful`` objects (model and optimizer, a resumable sampler, per-rank RNG).
 - ``gpucourse.fsdp2_in_practice``: lesson 17, FSDP2 in practice: mixed precision, ``reshard_after_forward``, prefetching,
   HSDP, meta-device init and gradient accumulation, measured (``torchrun ... -m gpucourse.fsdp2_in_practice DEMO``).
 - ``gpucourse.model_parallel``: lesson 18, tensor, sequence and pipeline parallel: a transformer block split with
