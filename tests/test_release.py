@@ -102,6 +102,8 @@ def test_every_notebook_opens_with_the_same_preamble(source):
     badge = f"https://colab.research.google.com/github/{edition.home}/blob/{edition.ref}/course/{rel}"
     assert f"]({badge})" in first.source.splitlines()[0], "the Colab badge must open this notebook's released copy"
     assert "**Hardware:**" in first.source, "each notebook declares the hardware it needs"
+    assert re.search(r"\*\*Time to run:\*\* (under a minute|up to about \d+ min) on a 2-core CPU .*measured \d{4}-\d\d-\d\d",
+                     first.source), "each notebook states how long it takes to run, and when that was measured"
     reference = read(SOURCES[0]).cells[1].source
     assert preamble.source == reference, "the preamble cell differs from the other notebooks'"
     assert f'"git+https://github.com/{edition.home}@{edition.ref}"' in preamble.source

@@ -13,7 +13,7 @@ from gpucourse.checks import Answer, Case, register
 ASSIGNMENT = "lesson17_fsdp2_in_practice"  # the course folder this module's exercises belong to
 
 
-def _calls(rows):
+def _calls_of_table(rows):
     from gpucourse.checks.values import describe
 
     return [{"args": describe(list(args)), "kwargs": describe({})} for args in rows]
@@ -41,10 +41,10 @@ TRAFFIC_BAD_PUBLIC = [[[[[8, 3]], 4, 3, 4, 4], "ValueError"], [[[[8, 3]], 4, 2.0
 def observe_traffic(ns):
     """``fsdp_step_traffic`` on TRAFFIC_PUBLIC and TRAFFIC_BAD_PUBLIC, as ``observe_calls`` reports it."""
     from gpucourse.checks import observe_calls
-    from gpucourse.checks.lesson17 import TRAFFIC_BAD_PUBLIC, TRAFFIC_PUBLIC, _calls
+    from gpucourse.checks.lesson17 import TRAFFIC_BAD_PUBLIC, TRAFFIC_PUBLIC, _calls_of_table
 
-    return {"good": observe_calls(ns, "fsdp_step_traffic", _calls(TRAFFIC_PUBLIC)),
-            "bad": observe_calls(ns, "fsdp_step_traffic", _calls([args for args, _ in TRAFFIC_BAD_PUBLIC]))}
+    return {"good": observe_calls(ns, "fsdp_step_traffic", _calls_of_table(TRAFFIC_PUBLIC)),
+            "bad": observe_calls(ns, "fsdp_step_traffic", _calls_of_table([args for args, _ in TRAFFIC_BAD_PUBLIC]))}
 
 
 def judge_traffic(d):
@@ -104,10 +104,10 @@ MESH_BAD_PUBLIC = [[[6, 4], "ValueError"], [[4, 0], "ValueError"], [[4.0, 2], "T
 def observe_meshes(ns):
     """``hsdp_mesh`` on MESH_PUBLIC and on MESH_BAD_PUBLIC, as ``observe_calls`` reports it."""
     from gpucourse.checks import observe_calls
-    from gpucourse.checks.lesson17 import MESH_BAD_PUBLIC, MESH_PUBLIC, _calls
+    from gpucourse.checks.lesson17 import MESH_BAD_PUBLIC, MESH_PUBLIC, _calls_of_table
 
-    return {"good": observe_calls(ns, "hsdp_mesh", _calls(MESH_PUBLIC)),
-            "bad": observe_calls(ns, "hsdp_mesh", _calls([args for args, _ in MESH_BAD_PUBLIC]))}
+    return {"good": observe_calls(ns, "hsdp_mesh", _calls_of_table(MESH_PUBLIC)),
+            "bad": observe_calls(ns, "hsdp_mesh", _calls_of_table([args for args, _ in MESH_BAD_PUBLIC]))}
 
 
 def judge_meshes(d):

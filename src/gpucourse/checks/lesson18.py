@@ -44,7 +44,7 @@ def _observe(ns, name, table):
     return observe_calls(ns, name, [{"args": describe(list(args)), "kwargs": describe({})} for args, _ in table])
 
 
-def _judge(observed, name, table, exact: bool) -> str | None:
+def _judge_against_table(observed, name, table, exact: bool) -> str | None:
     from gpucourse.checks.values import type_words
 
     if not isinstance(observed, list) or len(observed) != len(table):
@@ -83,9 +83,9 @@ def observe_public_bubbles(ns):
 
 
 def judge_public_bubbles(observed):
-    from gpucourse.checks.lesson18 import BUBBLE_PUBLIC, _judge
+    from gpucourse.checks.lesson18 import BUBBLE_PUBLIC, _judge_against_table
 
-    return _judge(observed, "pipeline_bubble", BUBBLE_PUBLIC, exact=False)
+    return _judge_against_table(observed, "pipeline_bubble", BUBBLE_PUBLIC, exact=False)
 
 
 def observe_public_in_flight(ns):
@@ -96,9 +96,9 @@ def observe_public_in_flight(ns):
 
 
 def judge_public_in_flight(observed):
-    from gpucourse.checks.lesson18 import IN_FLIGHT_PUBLIC, _judge
+    from gpucourse.checks.lesson18 import IN_FLIGHT_PUBLIC, _judge_against_table
 
-    return _judge(observed, "peak_in_flight", IN_FLIGHT_PUBLIC, exact=True)
+    return _judge_against_table(observed, "peak_in_flight", IN_FLIGHT_PUBLIC, exact=True)
 
 
 register("pipeline_bubble",
