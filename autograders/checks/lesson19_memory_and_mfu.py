@@ -150,29 +150,37 @@ def observe_activation_calls(ns, calls):
     return observe_calls(ns, "activation_bytes", calls)
 
 
-def judge_activation_calls(observed, calls):
-    """Per call: ValueError where the reference raises one; else an int (Python's or NumPy's) of the same value."""
+def _judge_calls(observed, calls, name: str, reference, wrong_value):
+    """Per drawn call of ``name``: ValueError where ``reference`` raises one; else ``wrong_value(value, want,
+    where)`` (None when the returned value is right) on what the answer returned."""
     if not isinstance(observed, list) or len(observed) != len(calls):
         return f"{len(observed) if isinstance(observed, list) else 'no'} outcomes for {len(calls)} calls"
     for spec, got in zip(calls, observed):
-        where = shown(spec, "activation_bytes")
+        where = shown(spec, name)
         if found := unreported(got, where):
             return found
         try:
-            want = reference_activation_bytes(*rebuild(spec["args"]), **rebuild(spec["kwargs"]))
+            want = reference(*rebuild(spec["args"]), **rebuild(spec["kwargs"]))
         except ValueError:
             if found := must_raise(got, "ValueError", where):
                 return found
             continue
         if "raised" in got:
             return f"{where} raised {got['raised'][0]}"
-        value = rebuild(got["returned"])
-        if not _whole(value):
-            return f"{where} returned a {type(value).__name__}: return an int (bytes, exact at any size)"
-        if int(value) != want:
-            return f"{where} returned a wrong number of bytes"
+        if found := wrong_value(rebuild(got["returned"]), want, where):
+            return found
     return None
 
+
+def _wrong_bytes(value, want, where):
+    if not _whole(value):
+        return f"{where} returned a {type(value).__name__}: return an int (bytes, exact at any size)"
+    return f"{where} returned a wrong number of bytes" if int(value) != want else None
+
+
+def judge_activation_calls(observed, calls):
+    """Per call: ValueError where the reference raises one; else an int (Python's or NumPy's) of the same value."""
+    return _judge_calls(observed, calls, "activation_bytes", reference_activation_bytes, _wrong_bytes)
 
 _AB = "activation_bytes"
 HIDDEN = {_AB: [
@@ -272,29 +280,15 @@ def observe_mfu_calls(ns, calls):
     return observe_calls(ns, "mfu", calls)
 
 
+def _wrong_fraction(value, want, where):
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, float):
+        return f"{where} returned a {type(value).__name__}: return a float (a fraction of the peak)"
+    return f"{where} returned a wrong fraction of the peak" if not math.isclose(value, want, rel_tol=1e-9) else None
+
+
 def judge_mfu_calls(observed, calls):
     """Per call: ValueError where the reference raises one; else a float within 1e-9 of the reference."""
-    if not isinstance(observed, list) or len(observed) != len(calls):
-        return f"{len(observed) if isinstance(observed, list) else 'no'} outcomes for {len(calls)} calls"
-    for spec, got in zip(calls, observed):
-        where = shown(spec, "mfu")
-        if found := unreported(got, where):
-            return found
-        try:
-            want = reference_mfu(*rebuild(spec["args"]), **rebuild(spec["kwargs"]))
-        except ValueError:
-            if found := must_raise(got, "ValueError", where):
-                return found
-            continue
-        if "raised" in got:
-            return f"{where} raised {got['raised'][0]}"
-        value = rebuild(got["returned"])
-        if isinstance(value, (bool, np.bool_)) or not isinstance(value, float):
-            return f"{where} returned a {type(value).__name__}: return a float (a fraction of the peak)"
-        if not math.isclose(value, want, rel_tol=1e-9):
-            return f"{where} returned a wrong fraction of the peak"
-    return None
-
+    return _judge_calls(observed, calls, "mfu", reference_mfu, _wrong_fraction)
 
 _MF = "mfu"
 HIDDEN[_MF] = [
