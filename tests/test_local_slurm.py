@@ -98,6 +98,18 @@ def test_the_run_judge_reads_jobs_as_lightning_would():
     assert "processes per node" in judge(RUN_REQUEST, _run(reports=_reports(one_host)))
 
 
+def test_no_warning_signal_a_script_may_ask_for_arrives_while_the_grader_waits():
+    """Slurm sends ``--signal=SIG@N`` N s (up to 60 s more) before the job's limit, N up to 65535 (sbatch(1));
+    the grader's limit overrides the script's, so it must leave every N beyond the grader's own wait. At 2 min,
+    lesson 10's own ``--signal=SIGUSR1@90`` killed an honest job 30 s in (CI, exit code 138 = 128 + SIGUSR1)."""
+    import inspect
+
+    from autograders.slurm_jobs import TIME_LIMIT_MIN, run_script
+
+    waited = inspect.signature(run_script).parameters["timeout"].default
+    assert TIME_LIMIT_MIN * 60 - 65535 - 60 > waited
+
+
 def test_the_restated_launch_checks_equal_lightnings_own():
     """lightning_launch_view (the grader's) against Lightning's real environments, on every kind of task."""
     from lightning_fabric.plugins.environments import SLURMEnvironment
