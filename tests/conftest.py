@@ -8,8 +8,16 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
-import nbformat
-import pytest
+# Each pytest-xdist worker stands for one core (`-n auto`: as many workers as cores), so it and every process
+# it starts (notebook kernels, scripts) get one torch thread, set before torch is imported anywhere. With
+# torch's default of one thread per core, N workers run N x N OpenMP threads on N cores and a small operator
+# waits for a descheduled thread: on this 2-core machine, with the other core busy, F.gelu on a 12x96 tensor
+# took 4.2 ms with 2 threads and 54 us with 1. Lessons that compare thread counts set theirs explicitly.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+import nbformat  # noqa: E402
+import pytest  # noqa: E402
 
 from gpucourse import environment
 

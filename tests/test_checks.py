@@ -414,6 +414,20 @@ def test_plan_skips_measurements_and_keeps_scaffolding():
     assert plan.flags == []
 
 
+def test_no_cell_after_the_last_graded_one_runs_when_grading():
+    """Grading runs every code cell up to the checks, each submission again: a measurement after the last
+    answer and check (lesson 4's timings took 50-140 s there, eight lesson 4 submissions in the class) is
+    work no check reads, so it carries the skip-when-grading tag."""
+    untagged = []
+    for path in notebooks(SOLUTIONS):
+        cells = read(path).cells
+        graded = [i for i, c in enumerate(cells) if nbgrader_meta(c).get("solution") or nbgrader_meta(c).get("grade")]
+        untagged += [f"{path.parent.name} cell {i}" for i, c in enumerate(cells)
+                     if graded and i > graded[-1] and c.cell_type == "code"
+                     and assemble.SKIP_TAG not in c.metadata.get("tags", [])]
+    assert not untagged, f"tag these {assemble.SKIP_TAG!r}: {untagged}"
+
+
 @pytest.mark.parametrize("content, reason", [
     (b"{not json", "not valid JSON"),
     (b'{"x": "\xff"}', "not UTF-8"),
