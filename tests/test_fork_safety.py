@@ -75,6 +75,30 @@ def test_no_cuda_state_before_a_fork_that_uses_it(path, tmp_path, monkeypatch):
     assert not violations, f"{path.relative_to(SOLUTIONS.parent)} fails on a GPU:\n{describe(events)}"
 
 
+MIG_SLICE = "MIG-8c7a1f52-3b1e-5d0c-9a77-2f64c1d0e9b3"  # how Slurm or a scheduler hands a job one MIG slice
+
+
+@pytest.mark.parametrize("profile, visible", [("2xT4", None), ("8gpu", None), ("mig", MIG_SLICE)])
+def test_lesson_6_forks_safely_on_other_gpu_machines(profile, visible, tmp_path, monkeypatch):
+    """Lesson 6 again, on Kaggle's two T4s, on eight GPUs, and on one A100 MIG slice named by its UUID: its
+    ``ddp_notebook`` fits take other device counts there (``devices="auto"`` means every GPU), Lightning's
+    own device checks run before the fork, and with ``CUDA_VISIBLE_DEVICES=MIG-<uuid>`` NVML cannot count
+    (torch's ``_device_count_nvml`` gives up on MIG names), so whatever asks the CUDA runtime instead
+    poisons the fork."""
+    monkeypatch.delenv("GPUCOURSE_REQUIRE", raising=False)
+    if visible:
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
+    path = SOLUTIONS / "lesson06_lightning_devices" / "lightning_devices.ipynb"
+    events = run_with_pretend_gpu(read(path), tmp_path, profile=profile)
+    forked = any(e["kind"] == "fork" for e in events)
+    if visible:  # the lesson spawns there instead (lightning_devices.quiet_trainer; tests/test_lightning_devices.py)
+        assert not forked, f"lesson 6 forked on a MIG slice named by UUID:\n{describe(events)}"
+    else:
+        assert forked, f"no ddp_notebook fit forked with {profile}: the check saw nothing"
+    violations = [e for e in events if e["kind"] == "violation"]
+    assert not violations, f"lesson 6 fails on {profile}:\n{describe(events)}"
+
+
 def test_the_check_catches_lesson_6_as_it_failed_on_an_h100(tmp_path, monkeypatch):
     monkeypatch.delenv("GPUCOURSE_REQUIRE", raising=False)
     events = run_with_pretend_gpu(read(OLD_LESSON06), tmp_path)

@@ -105,3 +105,19 @@ def test_lesson06_public_stored_values_agree_with_the_graders_references():
         assert not hasattr(C, name), f"the public module still holds {name}"
     with pytest.raises(ValueError):
         hidden.reference_effective_batch_size(0.5, 2)
+
+
+@pytest.mark.parametrize("visible, blocked", [
+    ("MIG-8c7a1f52-3b1e-5d0c-9a77-2f64c1d0e9b3", True), ("0,MIG-8c7a1f52-3b1e-5d0c-9a77-2f64c1d0e9b3", True),
+    ("0,1", False), ("GPU-5e0c1d2a-77f4-4b3e-9f0a-1c2d3e4f5a6b", False), ("", False)])
+def test_only_a_mig_slice_named_by_uuid_blocks_the_fork(visible, blocked):
+    assert (L.fork_blocked_by(visible) is not None) is blocked
+
+
+def test_the_trainer_spawns_where_the_fork_is_blocked_and_says_why(monkeypatch, capsys):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "MIG-8c7a1f52-3b1e-5d0c-9a77-2f64c1d0e9b3")
+    trainer = L.quiet_trainer(accelerator="cpu", devices=2, strategy="ddp_notebook")
+    assert trainer.strategy._start_method == "spawn"
+    assert 'strategy="ddp_spawn" instead of "ddp_notebook"' in capsys.readouterr().out
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    assert L.quiet_trainer(accelerator="cpu", devices=2, strategy="ddp_notebook").strategy._start_method == "fork"

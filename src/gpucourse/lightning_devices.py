@@ -5,7 +5,8 @@
 - ``LitRegressor``: the same model as a LightningModule, every hook in its place, writing down which
   process ran ``prepare_data`` and ``setup`` so the lesson can show the difference under DDP; it logs
   one synchronized metric, ``val_loss`` (lesson 7's exercise on synchronized metrics is left to you);
-- ``quiet_trainer``: a Trainer without logger, checkpoints or progress bar, for short demonstrations;
+- ``quiet_trainer``: a Trainer without logger, checkpoints or progress bar, for short demonstrations
+  (``ddp_spawn`` in place of ``ddp_notebook`` where a fork cannot work: ``fork_blocked_by``);
 - ``lightning_device_ids``: how Lightning itself parses ``devices=`` for a machine with N GPUs;
 - ``REMOVED`` and ``try_trainer``: the 2021-22 Trainer arguments, run on the installed Lightning;
 - ``fork_and_use_cuda`` and ``RECORDED_FORK_ERROR``: CUDA and fork, in the wrong order and the right one
@@ -115,9 +116,31 @@ class LitRegressor(pl.LightningModule):
         return torch.optim.Adam(self.parameters(), lr=self.hparams.lr)
 
 
+def fork_blocked_by(visible_devices: str | None = None) -> str | None:
+    """Why a ``ddp_notebook`` fit cannot run in this notebook's process (lesson 6), or None where it can.
+
+    A MIG slice named by its UUID (``CUDA_VISIBLE_DEVICES=MIG-...``, as a scheduler hands one out): NVML
+    cannot count it (torch's ``_device_count_nvml`` returns -1 for MIG names), so ``torch.cuda.device_count()``
+    asks the CUDA runtime, which "poisons" fork (its docstring: it does not "if NVML discovery succeeds"),
+    and every Trainer asks it (``lightning_fabric.accelerators.cuda.num_cuda_devices``) before forking.
+    ``visible_devices`` defaults to this process's CUDA_VISIBLE_DEVICES."""
+    if visible_devices is None:
+        visible_devices = os.environ.get("CUDA_VISIBLE_DEVICES", "")
+    if any(part.strip().startswith("MIG-") for part in visible_devices.split(",")):
+        return ("CUDA_VISIBLE_DEVICES names a MIG slice, which NVML cannot count, so every Trainer counts GPUs "
+                "with the CUDA runtime in this process before forking, and a forked child cannot use CUDA")
+    return None
+
+
 def quiet_trainer(**kwargs) -> pl.Trainer:
-    """``pl.Trainer(**kwargs)`` without logger, checkpoints, progress bar or model summary."""
+    """``pl.Trainer(**kwargs)`` without logger, checkpoints, progress bar or model summary; where a fork
+    cannot work (``fork_blocked_by``), ``strategy="ddp_spawn"`` in place of ``"ddp_notebook"``, said aloud
+    (spawned processes start fresh; the LightningModule must be importable, as every one here is)."""
     defaults = dict(logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
+    why = fork_blocked_by() if kwargs.get("strategy") == "ddp_notebook" else None
+    if why:
+        print(f'strategy="ddp_spawn" instead of "ddp_notebook": {why}.')
+        kwargs["strategy"] = "ddp_spawn"
     return pl.Trainer(**{**defaults, **kwargs})
 
 
