@@ -38,10 +38,10 @@ c.LateSubmissionPlugin.penalty_method = "zero"
 # one the gradebook has (`make nbgrader RESULTS=<dir> ARGS="db assignment add <id> --duedate=..."`).
 c.DueDates.duedates = {}
 
-# `make grade`'s limits, budgets and switches (autograders/settings.py, where each one's help says
-# more). The values below are the defaults: uncomment a line to change it for every run, e.g.
-# c.Grading.cell_seconds = 120. `make grade GRADE_ARGS="--jobs 4 --no-preload"` overrides jobs and
-# preload for one run.
+# `make grade`'s limits, budgets and switches, and `make release`'s for the self-check key
+# (autograders/settings.py, where each one's help says more). The values below are the defaults:
+# uncomment a line to change it for every run, e.g. c.Grading.cell_seconds = 120.
+# `make grade GRADE_ARGS="--jobs 4 --no-preload"` overrides jobs and preload for one run.
 #
 # --- every setting with its default: written by `make release` from autograders/settings.py ---
 # Grading: How `make grade` grades: budgets per cell and check, what crosses from the sandbox, how many submissions
@@ -122,6 +122,11 @@ c.DueDates.duedates = {}
 # c.SlurmGrading.retries = 1  # submissions of a failed array task (non-zero exit, node failure, timeout) again, each
 #     resuming after the submissions it saved; then its ungraded submissions are flagged, with the reason
 # c.SlurmGrading.poll_seconds = 2.0  # seconds between looks at the array's results and at squeue
+# SelfCheckKey: `make release`'s self-check key of the answer exercises: every answer the grader accepts, as a salted
+#   hash (autograders/self_check_key.py)
+# c.SelfCheckKey.max_answers = 10000  # the most combinations of an exercise's parts' accepted values the release
+#     judges whole for its key (each one the grader accepts is stored as a salted hash): more means a part's
+#     candidates (the declaration's choices) are too loose, and the release stops, naming the exercise
 # --- end of the settings ---
 
 # The test suite grades with a fixed seed (tests/conftest.py sets GPUCOURSE_GRADING_SEED), so that a CI run

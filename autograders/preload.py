@@ -14,8 +14,8 @@ group on timeout, and a child in a PID namespace takes everything it started wit
 It is safe to fork because this process never starts a thread (OMP_NUM_THREADS=1 comes with the
 environment, and ``worker.forking.fork_safe`` checks its threads and CUDA before serving), never
 initializes CUDA, and never reads anything a submission must not see: it imports public packages,
-the sandbox's worker (``worker.trust.PRELOAD``) and ``sandbox`` (limits and mounts, nothing secret)
-only. Its socket and every other descriptor it holds are closed in the child before student code
+the sandbox's worker (``worker.trust.PRELOAD``), ``sandbox`` and ``sandbox_view`` (limits and mounts,
+nothing secret) only. Its socket and every other descriptor it holds are closed in the child before student code
 runs, and the child forgets the grader's modules (``_forget_grader``) before it runs the program.
 It stays on the grader's side (it applies ``sandbox``'s limits), but its children become sandboxes;
 its serve loop and the zygote's are two (``worker.forking`` says why).
@@ -43,7 +43,7 @@ import sys
 import traceback
 
 from . import sandbox  # its Limits, and the limits applied as sandbox.run applies them
-from .sandbox import NOBODY
+from .sandbox_view import NOBODY, ROOT_MOUNT
 from .worker.forking import fork_safe, in_child
 from .worker.trust import PRELOAD
 
@@ -159,7 +159,7 @@ def _isolate(script: str, processes: int, user: int = NOBODY) -> None:
     mounts = subprocess.run(["sh", "-c", script], stdin=subprocess.DEVNULL)  # output: the sandbox's own
     if mounts.returncode != 0:
         os._exit(mounts.returncode & 0xFF or 1)
-    os.chroot(sandbox.ROOT_MOUNT)  # the root the script put together: only what sandbox.visible() lists
+    os.chroot(ROOT_MOUNT)  # the root the script put together: only what sandbox_view.visible() lists
     os.chdir("/mnt")
     _drop_privileges(processes, user)
     _check(libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "pdeathsig")  # a change of user clears it
@@ -224,7 +224,7 @@ def _run_python(argv: list[str], base_path: list[str]) -> int:
 
 
 def _forget_grader() -> None:
-    """The grader's modules this server imported (this one, ``sandbox``) are not the program's
+    """The grader's modules this server imported (this one, ``sandbox``, ``sandbox_view``) are not the program's
     business: out of ``sys.modules`` and off the ``autograders`` package, which keeps only its worker."""
     package = sys.modules.get("autograders")
     for name in [n for n in sys.modules if n.startswith("autograders.") and not n.startswith("autograders.worker")]:

@@ -20,7 +20,7 @@ import nbformat
 import gpucourse.checks as declarations
 
 from . import settings
-from .course import COURSE, EDITION, ROOT, SOLUTIONS, Edition, assignments, generated, load_edition, stamp
+from .course import COURSE, EDITION, ROOT, SOLUTIONS, Edition, assignments, generated, load_config, load_edition, stamp
 from .self_check_key import KEY, write_key
 
 TABLE_START, TABLE_END = "<!-- exercises: written by make release -->", "<!-- end of exercises -->"
@@ -115,7 +115,8 @@ def main(argv: list[str] | None = None) -> int:
     stamp_pyproject(ROOT / "pyproject.toml", edition)
     stamp_readme(ROOT / "README.md")
     settings.write_listing()  # nbgrader_config.py's list of every grading setting, from the settings themselves
-    write_key(args.solutions, KEY, only=args.only)  # --only: that assignment's entries, the others kept
+    key = settings.SelfCheckKey(config=load_config())  # nbgrader_config.py's c.SelfCheckKey, as grading reads its own
+    write_key(args.solutions, KEY, only=args.only, max_answers=key.max_answers)  # --only: that assignment's entries, the others kept
     where = args.course.relative_to(ROOT) if args.course.is_relative_to(ROOT) else args.course
     print(f"released {len(ids)} assignment(s) into {where}: {', '.join(ids)}")
     print(f"badges, setup cells and pyproject's URL point at {edition.url} @ {edition.ref}")

@@ -6,11 +6,11 @@ the whole process group; and captured output cut at a byte limit.
 
 Isolated, additionally: new network (loopback only), mount, PID and IPC namespaces (no network, no
 view of or signal to the grader's processes, and every process left behind dies with the
-namespace), a root holding only what ``visible()`` lists (the system's programs and libraries, the
-interpreter, its venv, the course's package without its answer-derived files, the grader's
-sandbox-side ``autograders.worker``; nothing of the checkout around them, of other students' work or
-of the rest of the grader), and the code runs as ``nobody``
-with no capabilities. Two ways, probed once (``probe()``):
+namespace), a root holding only what ``sandbox_view.visible()`` lists (the system's programs and
+libraries, the interpreter, its venv, the course's package without its answer-derived files, the
+grader's sandbox-side ``autograders.worker``; nothing of the checkout around them, of other
+students' work or of the rest of the grader; sandbox_view.py builds it), and the code runs as
+``nobody`` with no capabilities. Two ways, probed once (``probe()``):
 
 - ``namespaces``: the grader runs as root on Linux and ``unshare`` works (CI, a grading server); the
   code runs as the real ``nobody``, and runs may be forked from a preloaded Python (``Preloaded``).
@@ -36,7 +36,6 @@ import functools
 import json
 import os
 import resource
-import shlex
 import shutil
 import signal
 import socket
@@ -47,9 +46,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import cgroups
-
-NOBODY = 65534  # the user sandboxed code runs as (here and in preload's children)
+from . import cgroups, sandbox_view
 
 
 @dataclass(frozen=True)
@@ -61,7 +58,7 @@ class Limits:
     # Under ``namespaces``, the user the code runs as. RLIMIT_NPROC counts every process of a user, so
     # sandboxes that run at the same time each need their own (``users``), as Nix's build users do:
     # otherwise one student's fork bomb leaves the other sandboxes of the batch no process to start.
-    user: int = NOBODY
+    user: int = sandbox_view.NOBODY
     file_bytes: int = 256 << 20
     output_bytes: int = 1 << 20  # kept; anything beyond is counted and dropped
     # The run as a whole, in its cgroup (as root; 0: none): rlimits bound each process alone, and tmpfs
@@ -138,26 +135,6 @@ def _userns_problem() -> str:
     return ""
 
 
-def _bwrap_base(tmpfs_bytes: int = 0) -> list[str]:
-    """bubblewrap's namespaces and process settings, the same for the probe and every run; /tmp and
-    /dev/shm of ``tmpfs_bytes`` each where this bubblewrap has ``--size`` (0.5.0 and later)."""
-    sized = ["--size", str(tmpfs_bytes)] if tmpfs_bytes and _bwrap_sizes() else []
-    return [shutil.which("bwrap") or "bwrap", "--unshare-user", "--uid", str(NOBODY), "--gid", str(NOBODY),
-            "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
-            "--die-with-parent", "--new-session", "--cap-drop", "ALL",
-            "--dev", "/dev", "--proc", "/proc", *sized, "--tmpfs", "/tmp", "--ro-bind-try", "/sys", "/sys"] + \
-        ([*sized, "--tmpfs", "/dev/shm"] if sized else [])  # else /dev/shm is a folder of --dev's tmpfs
-
-
-@functools.cache
-def _bwrap_sizes() -> bool:
-    """Whether this bubblewrap sizes its tmpfs mounts (``--size``); older ones leave them unbounded."""
-    try:
-        return "--size" in subprocess.run(["bwrap", "--help"], capture_output=True, text=True, timeout=30).stdout
-    except (OSError, subprocess.SubprocessError):
-        return False
-
-
 @functools.cache
 def probe() -> Isolation:
     """Which isolation works here (tried for real, once per process), and what is missing for the rest."""
@@ -175,7 +152,7 @@ def probe() -> Isolation:
     if not shutil.which("bwrap"):
         return Isolation("", ("bubblewrap is not installed: apt-get install bubblewrap (or dnf/pacman install "
                               "bubblewrap); root on a grading server gets namespaces without it",))
-    base = _bwrap_base()  # the namespaces alone: a run's root is sandbox.visible(), the probe's the whole
+    base = sandbox_view._bwrap_base()  # the namespaces alone: a run's root is sandbox_view.visible(), the probe's the whole
     trial = subprocess.run(base[:1] + ["--ro-bind", "/", "/"] + base[1:] + ["--", "true"], capture_output=True, timeout=30)
     if trial.returncode != 0:
         return Isolation("", (_userns_problem() or "bubblewrap cannot create its namespaces: "
@@ -205,7 +182,7 @@ def users(count: int) -> list[int]:
     import pwd
 
     found = [uid for uid in _CLAIMED][:count]
-    for uid in range(NOBODY - 1, 65000, -1):
+    for uid in range(sandbox_view.NOBODY - 1, 65000, -1):
         if len(found) >= count:
             break
         if uid in _CLAIMED:
@@ -218,7 +195,7 @@ def users(count: int) -> list[int]:
         if _claim(uid):
             found.append(uid)
     if len(found) < count:
-        raise ValueError(f"no {count} free user ids below {NOBODY} for {count} sandboxes at a time")
+        raise ValueError(f"no {count} free user ids below {sandbox_view.NOBODY} for {count} sandboxes at a time")
     return found
 
 
@@ -259,204 +236,6 @@ def _limit_resources(limits: Limits, cgroup: tuple[str, ...] = ()):
     return apply
 
 
-def _blocking_ancestor(path: Path) -> Path | None:
-    """The first folder on the way to ``path`` that others may not enter (e.g. /root), if any."""
-    current = Path("/")
-    for part in path.resolve().parts[1:]:
-        current = current / part
-        if current.is_dir() and not current.stat().st_mode & 0o001:
-            return current
-    return None
-
-
-def _keep_reachable(needed: list[Path], masked: list[str]) -> tuple[list[str], list[str]]:
-    """Shell lines around the masking mounts so that ``nobody`` still reaches ``needed`` folders.
-
-    A needed folder can disappear under the namespace's own /tmp (a checkout in /tmp), or sit
-    behind a folder others may not enter (a Python under /root). Before anything is masked, each
-    needed folder is bound aside on a scratch tmpfs; afterwards an empty tmpfs veils each closed
-    ancestor (its other contents stay hidden) and every folder is bound back at its own path.
-    Returns (lines to run before masking, lines to run after ``masked`` mounts are in place).
-    """
-    before = ["mount -t tmpfs -o mode=0700 gpucourse-keep /dev/shm"]
-    after, veiled = [], set()
-    for number, folder in enumerate(needed):
-        keep, path = f"/dev/shm/keep{number}", shlex.quote(str(folder))
-        before += [f"mkdir {keep}", f"mount --bind {path} {keep}"]
-        ancestor = _blocking_ancestor(folder)
-        if ancestor is not None and ancestor not in veiled:
-            after.append(f"mount -t tmpfs -o mode=0755 gpucourse-veil {shlex.quote(str(ancestor))}")
-            veiled.add(ancestor)
-        covered = ancestor is not None or any(str(folder).startswith(m.rstrip("/") + "/") for m in masked)
-        if covered:
-            after += [f"mkdir -p {path}", f"mount --bind {keep} {path}"]
-        after.append(f"umount {keep}")
-    return before, after
-
-
-def _needed_folders() -> list[Path]:
-    """What the sandboxed Python must reach: its interpreter, its venv and the course's package."""
-    import gpucourse
-
-    folders = [Path(sys.base_prefix), Path(sys.prefix), Path(gpucourse.__file__).parent.parent]
-    return list(dict.fromkeys(f.resolve() for f in folders))
-
-
-# --- what a sandbox sees: this allow-list, and nothing else ------------------------------------------
-
-SYSTEM = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc")  # programs, libraries, settings
-# Files of the package derived from the answers: never in a sandbox (the self-check key's salted hashes
-# give every quiz answer to a loop over the letters).
-ANSWER_FILES = ("checks/self_check.json",)
-ROOT_MOUNT = "/dev/shm"  # where the sandbox's root is put together, inside its own mount namespace
-
-
-def _package() -> Path:
-    import gpucourse
-
-    return Path(gpucourse.__file__).resolve().parent
-
-
-@functools.cache
-def _package_copy() -> Path:
-    """The course's package without ANSWER_FILES: a copy made once per grader, shown to every sandbox
-    at the package's own path (modules a preloaded Python imported keep their paths)."""
-    import atexit
-    import tempfile
-
-    package = _package()
-    folder = Path(tempfile.mkdtemp(prefix="gpucourse-package-"))
-    atexit.register(shutil.rmtree, folder, ignore_errors=True)
-    answers = {package / name for name in ANSWER_FILES}
-    copy = folder / package.name
-    shutil.copytree(package, copy, ignore=lambda where, names: [n for n in names if Path(where, n) in answers])
-    for path in [folder, *folder.rglob("*")]:
-        path.chmod(0o755 if path.is_dir() else 0o644)
-    return copy
-
-
-GRADER = Path(__file__).resolve().parent  # autograders/
-# The grader's files a sandbox sees: its package's docstring and the sandbox-side worker (the runner,
-# its supervisor, the zygote), nothing secret. Never the hidden checks, the engine or the gradebook.
-WORKER_FILES = ("__init__.py", "worker")
-
-
-@functools.cache
-def _worker_copy() -> Path:
-    """``autograders/`` as a sandbox sees it: a copy of WORKER_FILES alone, made once per grader and
-    shown at the package's own path (the sandbox imports ``autograders.worker`` from there)."""
-    import atexit
-    import tempfile
-
-    folder = Path(tempfile.mkdtemp(prefix="gpucourse-worker-"))
-    atexit.register(shutil.rmtree, folder, ignore_errors=True)
-    copy = folder / GRADER.name
-    copy.mkdir()
-    for name in WORKER_FILES:
-        source = GRADER / name
-        if source.is_dir():
-            shutil.copytree(source, copy / name, ignore=shutil.ignore_patterns("__pycache__"))
-        else:
-            shutil.copy2(source, copy / name)
-    for path in [folder, *folder.rglob("*")]:
-        path.chmod(0o755 if path.is_dir() else 0o644)
-    return copy
-
-
-def visible() -> list[tuple[str, str]]:
-    """Everything a sandbox sees of this machine, as (path inside, source outside): the system's
-    programs and libraries, the interpreter, its venv, the package (a copy without ANSWER_FILES),
-    the grader's worker (a copy of WORKER_FILES at autograders/'s own path).
-    Nothing else: not the checkout around them, its neighbours, /home, /root or /tmp (the sandbox
-    has its own /tmp, /dev/shm and /proc, and its working folder at /mnt)."""
-    shown = [(path, path) for path in SYSTEM if os.path.lexists(path)]
-    package = _package()
-    for folder in (Path(sys.base_prefix).resolve(), Path(sys.prefix).resolve()):
-        if not any(folder == Path(p) or folder.is_relative_to(p) for p, _ in shown):
-            shown.append((str(folder), str(folder)))
-    shown.append((str(package), str(_package_copy())))
-    shown.append((str(GRADER), str(_worker_copy())))
-    return shown
-
-
-def _hidden(hide) -> list[Path]:
-    """The ``hide`` folders that lie inside a visible folder, but for one that ``visible()`` shows as a
-    copy of its own (autograders/: the copy holds the worker alone)."""
-    shown = visible()
-    copies = {Path(inside) for inside, source in shown if inside != source}
-    found = [Path(p).resolve() for p in hide]
-    return [p for p in found if p.is_dir() and p not in copies and any(p.is_relative_to(inside) for inside, _ in shown)]
-
-
-def _root_script(workdir: Path, hide: list[Path], tmpfs_bytes: int = 0) -> list[str]:
-    """Shell lines, run as root in the new mount namespace, that put the sandbox's root together at
-    ROOT_MOUNT from ``visible()`` alone; the caller then changes root to it (``chroot``). A folder in
-    ``hide`` that lies inside a visible one is covered too. Its own /tmp and /dev/shm hold at most
-    ``tmpfs_bytes`` each (0: half the machine's memory, the kernel's default)."""
-    root = ROOT_MOUNT
-    size = f",size={tmpfs_bytes}" if tmpfs_bytes else ""
-    script = [f"mount -t tmpfs -o mode=0755 gpucourse-root {root}"]
-    # The sandbox's own /proc, /dev, /tmp and /sys first: a visible folder that lies below one of them (a
-    # checkout under /tmp, as CI's may be) is then bound inside it instead of being covered by it.
-    script += [f"mkdir {root}/proc {root}/dev {root}/tmp {root}/mnt {root}/sys",
-               f"mount -t proc -o nosuid,noexec,nodev proc {root}/proc",
-               f"mount --bind /dev {root}/dev",  # devices; not /dev/shm or /dev/pts mounted below it
-               f"mount -t tmpfs -o mode=1777{size} gpucourse-shm {root}/dev/shm",
-               f"mount --bind /sys {root}/sys",
-               f"mount -t tmpfs -o mode=1777{size} gpucourse-tmp {root}/tmp"]
-    for inside, source in visible():
-        target, quoted = shlex.quote(root + inside), shlex.quote(source)
-        if os.path.islink(source) and inside == source:  # /bin -> usr/bin: the same link
-            script += [f"mkdir -p {shlex.quote(str(Path(root + inside).parent))}",
-                       f"ln -s {shlex.quote(os.readlink(source))} {target}"]
-        elif os.path.isdir(source):
-            script += [f"mkdir -p {target}", f"mount --bind {quoted} {target}"]
-    for path in _hidden(hide):
-        script.append(f"mount -t tmpfs -o size=1m,mode=0755 gpucourse-hidden {shlex.quote(root + str(path))}")
-    script.append(f"mount --bind {shlex.quote(str(workdir.resolve()))} {root}/mnt")
-    return script
-
-
-def _mount_script(workdir: Path, hide: list[Path], proc: bool = False, tmpfs_bytes: int = 0) -> list[str]:
-    """Shell lines run as root inside the new namespaces: loopback up, then the sandbox's root from
-    ``visible()`` alone (``_root_script``) at ROOT_MOUNT, which the caller makes the root. ``proc``:
-    mount the PID namespace's own /proc first (what ``unshare --mount-proc`` does; the preloaded path
-    has no ``unshare`` command to do it).
-
-    The new network namespace has only a loopback interface, brought up so that the code can use
-    127.0.0.1 among its own processes (gloo needs it); nothing outside the namespace is reachable.
-    """
-    script = ["set -e", "mount --make-rprivate /"] + (["mount -t proc -o nosuid,noexec,nodev proc /proc"] if proc else [])
-    script += ["ip link set lo up"]
-    return script + _root_script(workdir, hide, tmpfs_bytes)
-
-
-def _isolated_command(command: list[str], workdir: Path, hide: list[Path], limits: Limits) -> list[str]:
-    """Wrap ``command``: namespaces, the mounts of ``_mount_script``, then nobody in /mnt of that root."""
-    inner = "cd /mnt && exec setpriv --reuid={0} --regid={0} --clear-groups --no-new-privs --inh-caps=-all " \
-            "prlimit --nproc={1} -- {2}".format(limits.user, limits.processes, shlex.join(command))
-    chroot = shutil.which("chroot", path=os.pathsep.join([os.defpath, "/usr/sbin", "/sbin"])) or "chroot"
-    script = _mount_script(workdir, hide, tmpfs_bytes=limits.tmpfs_bytes) + [f"exec {chroot} {ROOT_MOUNT} sh -c {shlex.quote(inner)}"]
-    return ["unshare", "--net", "--mount", "--pid", "--ipc", "--fork", "--kill-child", "--mount-proc", "--",
-            "sh", "-c", "\n".join(script)]
-
-
-def _bwrap_command(command: list[str], workdir: Path, hide: list[Path], tmpfs_bytes: int = 0) -> list[str]:
-    """Wrap ``command`` in bubblewrap: ``_bwrap_base``'s namespaces over an empty root holding only
-    ``visible()`` (read-only), its own /dev, /proc and /tmp, the work folder writable at /mnt; a
-    ``hide`` folder inside a visible one under an empty tmpfs."""
-    args = _bwrap_base(tmpfs_bytes)
-    for inside, source in visible():
-        if os.path.islink(source) and inside == source:
-            args += ["--symlink", os.readlink(source), inside]
-        elif os.path.isdir(source):
-            args += ["--ro-bind", source, inside]
-    for path in _hidden(hide):
-        args += ["--tmpfs", str(path)]
-    args += ["--bind", str(workdir.resolve()), "/mnt", "--chdir", "/mnt", "--"]
-    return args + command
-
-
 def _drain(stream, limits: Limits, kept: list[bytes], counted: list[int]) -> None:
     for chunk in iter(lambda: stream.read(65536), b""):
         counted[0] += len(chunk)
@@ -482,8 +261,9 @@ class Preloaded:
         self._sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         with theirs:
             self._process = subprocess.Popen([sys.executable, "-m", f"{__package__}.preload", str(theirs.fileno())],
-                                             env=self.env, cwd=GRADER.parent, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                             stderr=subprocess.DEVNULL, pass_fds=(theirs.fileno(),), start_new_session=True)
+                                             env=self.env, cwd=sandbox_view.GRADER.parent, stdin=subprocess.DEVNULL,
+                                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                             pass_fds=(theirs.fileno(),), start_new_session=True)
 
     def _receive(self, timeout: float | None) -> dict | None:
         self._sock.settimeout(timeout)
@@ -516,7 +296,7 @@ class Preloaded:
             return None
         request = {"command": command, "workdir": str(workdir), "env": env, "isolate": bool(isolate),
                    "limits": dataclasses.asdict(limits), "pass_fds": list(pass_fds), "cgroup": list(cgroup),
-                   "script": "\n".join(_mount_script(workdir, hide, proc=True, tmpfs_bytes=limits.tmpfs_bytes))
+                   "script": "\n".join(sandbox_view._mount_script(workdir, hide, proc=True, tmpfs_bytes=limits.tmpfs_bytes))
                    if isolate else ""}
         stdin_r, stdin_w = os.pipe()
         stdout_r, stdout_w = os.pipe()
@@ -607,9 +387,10 @@ def _run(command, workdir, env, hide, limits, method, stdin, pass_fds, preloaded
     proc = preloaded.start(command, workdir, env, list(hide), limits, method, pass_fds, joins) if preloaded else None
     if proc is None:
         if method == "namespaces":
-            full = _isolated_command(command, workdir, list(hide), limits)
+            full = sandbox_view._isolated_command(command, workdir, list(hide), limits.user, limits.processes,
+                                                  limits.tmpfs_bytes)
         elif method == "bwrap":
-            full = _bwrap_command(command, workdir, list(hide), limits.tmpfs_bytes)
+            full = sandbox_view._bwrap_command(command, workdir, list(hide), limits.tmpfs_bytes)
         else:
             full = command
         proc = subprocess.Popen(full, cwd=workdir, env=env,

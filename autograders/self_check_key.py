@@ -28,12 +28,13 @@ import gpucourse.checks as public
 from gpucourse.checks import self_check
 
 from .course import PACKAGE, SOLUTIONS
+from .settings import SelfCheckKey
 
 KEY = PACKAGE / "checks" / "self_check.json"
 ABOUT = ("Self-check keys for the answer exercises, written by `make release`: "
          "per exercise a random salt and the sha256 of salt + the canonical JSON of each accepted answer. "
          "No answer is stored in plain text; see gpucourse/checks/self_check.py for what this does and does not hide.")
-MAX_ANSWERS = 10_000  # accepted combinations per exercise: more means a part's candidates are too loose
+MAX_ANSWERS = SelfCheckKey.max_answers.default_value  # unless release passes c.SelfCheckKey.max_answers (settings.py)
 SOLUTION_MARKERS = re.compile(r"^[ \t]*### (BEGIN|END) SOLUTION[ \t]*\n?", re.M)
 
 
@@ -64,8 +65,9 @@ def _grader(exercise: public.Exercise) -> Callable[[dict], bool]:
     return lambda ns: all(public.run_case(case, ns) is None for case in cases)
 
 
-def accepted_answers(solutions: Path, exercise: public.Exercise) -> list[Any]:
-    """Every accepted answer of ``exercise``, normalized, sorted by canonical JSON; the solution's among them."""
+def accepted_answers(solutions: Path, exercise: public.Exercise, max_answers: int = MAX_ANSWERS) -> list[Any]:
+    """Every accepted answer of ``exercise``, normalized, sorted by canonical JSON; the solution's among them.
+    More than ``max_answers`` combinations of its parts' accepted values stop the release (SystemExit)."""
     ns = solution_namespace(solutions, exercise)
     full_marks = _grader(exercise)
     if not full_marks(ns):
@@ -82,8 +84,9 @@ def accepted_answers(solutions: Path, exercise: public.Exercise) -> list[Any]:
         combinations = 1
         for values in parts.values():
             combinations *= len(values)
-        if combinations > MAX_ANSWERS:
-            raise SystemExit(f"{exercise.name}: {combinations} accepted answers; the grader accepts too much to list")
+        if combinations > max_answers:
+            raise SystemExit(f"{exercise.name}: {combinations} accepted answers, more than c.SelfCheckKey.max_answers = "
+                             f"{max_answers}; the grader accepts too much to list")
         accepted = []
         for values in itertools.product(*parts.values()):
             candidate = {**ns, name: dict(zip(parts, values))}
@@ -96,11 +99,12 @@ def accepted_answers(solutions: Path, exercise: public.Exercise) -> list[Any]:
 
 
 def build_key(solutions: Path = SOLUTIONS, salts: dict[str, str] | None = None, only: str | None = None,
-              old: dict | None = None) -> dict:
+              old: dict | None = None, max_answers: int = MAX_ANSWERS) -> dict:
     """The key for every answer exercise declared in ``gpucourse.checks`` whose assignment is in ``solutions``.
 
     ``salts`` (exercise -> salt) are kept; an exercise without one gets a new random salt. ``only``
     rebuilds one assignment's entries and keeps the other exercises' entries of the key ``old``.
+    ``max_answers``: the most accepted answers per exercise (``accepted_answers``).
     """
     salts = salts or {}
     exercises = {}
@@ -112,7 +116,7 @@ def build_key(solutions: Path = SOLUTIONS, salts: dict[str, str] | None = None, 
                 exercises[exercise.name] = old["exercises"][exercise.name]
             continue
         salt = salts.get(exercise.name) or secrets.token_hex(16)
-        hashes = sorted(self_check.digest(salt, value) for value in accepted_answers(solutions, exercise))
+        hashes = sorted(self_check.digest(salt, value) for value in accepted_answers(solutions, exercise, max_answers))
         exercises[exercise.name] = {"salt": salt, "hashes": hashes}
     return {"about": ABOUT, "format": 1, "exercises": dict(sorted(exercises.items()))}
 
@@ -128,11 +132,12 @@ def salts_of(path: Path = KEY) -> dict[str, str]:
     return {name: entry["salt"] for name, entry in json.loads(path.read_text()).get("exercises", {}).items()}
 
 
-def write_key(solutions: Path = SOLUTIONS, path: Path = KEY, only: str | None = None) -> bool:
+def write_key(solutions: Path = SOLUTIONS, path: Path = KEY, only: str | None = None,
+              max_answers: int = MAX_ANSWERS) -> bool:
     """Write the key for ``solutions`` (``only`` one assignment's part of it) to ``path``, keeping its
-    salts; True if the file changed."""
+    salts; True if the file changed. ``max_answers``: see ``build_key``."""
     old = json.loads(path.read_text()) if path.is_file() else None
-    text = render(build_key(solutions, salts_of(path), only=only, old=old))
+    text = render(build_key(solutions, salts_of(path), only=only, old=old, max_answers=max_answers))
     if path.is_file() and path.read_text() == text:
         return False
     path.write_text(text)

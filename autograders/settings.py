@@ -6,9 +6,11 @@ flags override (``--jobs``, ``--no-preload``). Each default is the value the gra
   (``job_settings``; ``autograders.worker.job.Job`` declares each with its default, which the trait
   takes, and checks the job as the sandbox reads it);
 - ``SandboxLimits``: the resource limits of one sandboxed run (``limits()`` builds ``sandbox.Limits``);
-- ``SlurmGrading``: grading the class as one Slurm job array instead (``--slurm``; autograders/slurm_grade.py).
+- ``SlurmGrading``: grading the class as one Slurm job array instead (``--slurm``; autograders/slurm_grade.py);
+- ``SelfCheckKey``: `make release`'s self-check key of the answer exercises (autograders/self_check_key.py),
+  read by release.py.
 
-``settings(config)`` reads both from a loaded configuration (``course.load_config()``).
+``settings(config)`` reads the grading ones from a loaded configuration (``course.load_config()``).
 """
 
 from __future__ import annotations
@@ -156,7 +158,17 @@ class SlurmGrading(Configurable):
     poll_seconds = Float(2.0, min=0.1, help="seconds between looks at the array's results and at squeue").tag(config=True)
 
 
-CLASSES = (Grading, SandboxLimits, SlurmGrading)  # what nbgrader_config.py lists, each trait with its default
+class SelfCheckKey(Configurable):
+    """`make release`'s self-check key of the answer exercises: every answer the grader accepts, as a salted
+    hash (autograders/self_check_key.py)."""
+
+    max_answers = Int(10_000, min=1, help="the most combinations of an exercise's parts' accepted values the release "
+                      "judges whole for its key (each one the grader accepts is stored as a salted hash): more means "
+                      "a part's candidates (the declaration's choices) are too loose, and the release stops, naming "
+                      "the exercise").tag(config=True)
+
+
+CLASSES = (Grading, SandboxLimits, SlurmGrading, SelfCheckKey)  # what nbgrader_config.py lists, each trait with its default
 CONFIG_FILE = Path(__file__).with_name("nbgrader_config.py")
 LISTING_START = "# --- every setting with its default: written by `make release` from autograders/settings.py ---"
 LISTING_END = "# --- end of the settings ---"

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from autograders import cgroups, sandbox
+from autograders import cgroups, sandbox, sandbox_view
 from conftest import REQUIRE_ISOLATION
 
 pytestmark = pytest.mark.slow  # starts isolated sandboxes: `make test`, not `make test-fast`
@@ -106,7 +106,7 @@ def test_memory_bounds_the_sandboxs_tmpfs_files(tmp_path, launch):
 @needs_cgroups
 def test_tmpfs_size_bounds_tmp(tmp_path):
     """/tmp of 64 MiB: writing 128 MiB there fails with ENOSPC, whatever the memory limit."""
-    if ISOLATION.method == "bwrap" and not sandbox._bwrap_sizes():
+    if ISOLATION.method == "bwrap" and not sandbox_view._bwrap_sizes():
         pytest.skip("this bubblewrap has no --size: its /tmp is not bounded")
     out = _run(tmp_path, FILL.format(count=8, folder="/tmp"), tmpfs_bytes=64 << 20)
     assert out.returncode == 3 and "No space left on device" in out.output, out.output[-2000:]

@@ -132,6 +132,8 @@ def kernel_env(python: Path) -> dict[str, str]:
     path = [p for p in env.get("PATH", "").split(os.pathsep) if p and p not in here]
     env.update({"PATH": os.pathsep.join([str(python.parent), *path]), "VIRTUAL_ENV": str(python.parent.parent),
                 "GPUCOURSE_SMOKE": "1", "GPUCOURSE_OFFLINE": "1", "PYTHONNOUSERSITE": "1"})
+    if PARALLEL >= (os.cpu_count() or 1):  # one torch thread per kernel when the kernels fill the cores (conftest.py)
+        env.setdefault("OMP_NUM_THREADS", "1")
     return env
 
 

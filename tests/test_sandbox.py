@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from autograders import sandbox
+from autograders import sandbox, sandbox_view
 from conftest import REQUIRE_ISOLATION, REQUIRE_ISOLATION_ENV, ROOT, SECRETS_ENV, planted_secrets
 
 pytestmark = pytest.mark.slow  # starts isolated sandboxes, as root and as an ordinary user: `make test`, not `make test-fast`
@@ -204,7 +204,7 @@ def test_sandbox_users_are_free_ids():
     import pwd
 
     users = sandbox.users(4)
-    assert sandbox.NOBODY not in users and len(set(users)) == 4
+    assert sandbox_view.NOBODY not in users and len(set(users)) == 4
     for uid in users:
         with pytest.raises(KeyError):
             pwd.getpwuid(uid)
@@ -274,7 +274,7 @@ def test_hidden_folders_and_environment(tmp_path, monkeypatch, launch):
 def test_only_the_allow_list_is_visible(tmp_path, launch):
     """Secrets beside the checkout, inside it and elsewhere outside /tmp, and the package's answer key,
     are absent from the sandbox wherever the checkout lives (nothing is hidden by a list of folders:
-    the sandbox's root holds only ``sandbox.visible()``); the interpreter and the package still work."""
+    the sandbox's root holds only ``sandbox_view.visible()``); the interpreter and the package still work."""
     import gpucourse
 
     package = Path(gpucourse.__file__).resolve().parent
@@ -287,7 +287,7 @@ def test_only_the_allow_list_is_visible(tmp_path, launch):
     given = planted_secrets()
     secrets = given or _plant_secrets()
     try:
-        readable = [*(str(f / "answers.txt") for f in secrets), *(str(package / name) for name in sandbox.ANSWER_FILES),
+        readable = [*(str(f / "answers.txt") for f in secrets), *(str(package / name) for name in sandbox_view.ANSWER_FILES),
                     str(ROOT / "README.md"), str(ROOT / "autograders" / "engine.py")]
         code = f"""
             import json, os
@@ -331,11 +331,11 @@ def test_the_allow_list_is_one_list_without_answers():
     import gpucourse
 
     package = Path(gpucourse.__file__).resolve().parent
-    shown = dict(sandbox.visible())
+    shown = dict(sandbox_view.visible())
     assert shown[str(package)] != str(package)
-    assert not any((Path(shown[str(package)]) / name).exists() for name in sandbox.ANSWER_FILES)
-    worker = Path(shown[str(sandbox.GRADER)])  # the grader's folder, as a copy of its worker alone
-    assert worker != sandbox.GRADER and (worker / "worker" / "runner.py").is_file()
+    assert not any((Path(shown[str(package)]) / name).exists() for name in sandbox_view.ANSWER_FILES)
+    worker = Path(shown[str(sandbox_view.GRADER)])  # the grader's folder, as a copy of its worker alone
+    assert worker != sandbox_view.GRADER and (worker / "worker" / "runner.py").is_file()
     assert sorted(p.name for p in worker.iterdir()) == ["__init__.py", "worker"]
     assert not list(worker.rglob("checks")) and not list(worker.rglob("engine.py"))
     for inside in shown:
@@ -355,10 +355,10 @@ def test_needed_folders_under_masked_or_closed_paths_are_bound_back(tmp_path):
     closed = tmp_path / "closed"
     (closed / "python").mkdir(parents=True)
     closed.chmod(0o700)
-    before, after = sandbox._keep_reachable([Path("/tmp/checkout/.venv"), closed / "python", Path("/usr/lib")], masked=["/tmp"])
+    before, after = sandbox_view._keep_reachable([Path("/tmp/checkout/.venv"), closed / "python", Path("/usr/lib")], masked=["/tmp"])
     assert "mount --bind /tmp/checkout/.venv /dev/shm/keep0" in before
     assert "mount --bind /dev/shm/keep0 /tmp/checkout/.venv" in after
-    ancestor = sandbox._blocking_ancestor(closed / "python")
+    ancestor = sandbox_view._blocking_ancestor(closed / "python")
     assert ancestor is not None and (closed / "python").is_relative_to(ancestor)
     assert f"mount -t tmpfs -o mode=0755 gpucourse-veil {ancestor}" in after
     assert f"mount --bind /dev/shm/keep1 {closed / 'python'}" in after
@@ -429,7 +429,7 @@ def test_isolated_for_an_ordinary_user(tmp_path):
     The user is a free uid claimed as the grader claims its sandboxes' (``sandbox.users``), not ``nobody``:
     the other tests' sandboxes run as ``nobody`` at the same time, and RLIMIT_NPROC, which bubblewrap's
     runs share with their account, would count their threads too. The interpreter lives under /root here
-    (closed to others): a mount namespace shows that user the folder alone, as ``sandbox._keep_reachable``
+    (closed to others): a mount namespace shows that user the folder alone, as ``sandbox_view._keep_reachable``
     does for the sandbox itself.
     """
     if os.geteuid() != 0:
@@ -442,7 +442,7 @@ def test_isolated_for_an_ordinary_user(tmp_path):
     secrets = _plant_secrets()  # that user cannot write beside the checkout; the allow-list test reads these
     try:
         os.chown(home, user, user)
-        before, after = sandbox._keep_reachable(sandbox._needed_folders(), masked=[])
+        before, after = sandbox_view._keep_reachable(sandbox_view._needed_folders(), masked=[])
         pytest_args = ["-m", "pytest", str(ROOT / "tests" / "test_sandbox.py"), "-q", "-p", "no:cacheprovider",
                        "-k", ISOLATION_TESTS, f"--basetemp={home / 'pytest'}", "--rootdir", str(ROOT)]
         script = ["set -e", "mount --make-rprivate /", *before, *after,

@@ -61,6 +61,22 @@ def accepted() -> dict[str, list]:
     return {e.name: accepted_answers(SOLUTIONS, e) for e in ANSWER_EXERCISES}
 
 
+def test_more_accepted_combinations_than_the_setting_allows_stop_the_key_by_name(accepted):
+    """c.SelfCheckKey.max_answers (settings.py; release.py passes it): combinations of an exercise's accepted
+    parts beyond it stop the key, naming the exercise and the setting; at the limit the key lists them all."""
+    from autograders.self_check_key import accepted_answers
+
+    exercise = BY_NAME["loader_settings"]
+    with pytest.raises(SystemExit, match=r"^loader_settings: (\d+) accepted answers, more than "
+                                         r"c\.SelfCheckKey\.max_answers = 1;") as stopped:
+        accepted_answers(SOLUTIONS, exercise, max_answers=1)
+    combinations = int(re.match(r"loader_settings: (\d+)", str(stopped.value)).group(1))
+    assert combinations >= len(accepted["loader_settings"]) > 1
+    with pytest.raises(SystemExit, match=f"more than c\\.SelfCheckKey\\.max_answers = {combinations - 1};"):
+        accepted_answers(SOLUTIONS, exercise, max_answers=combinations - 1)
+    assert accepted_answers(SOLUTIONS, exercise, max_answers=combinations) == accepted["loader_settings"]
+
+
 def test_there_are_answer_exercises_and_fixtures():
     assert {"q1", "choose_tools", "sync_lines", "case_answers", "loader_settings"} <= set(NAMES)
     assert {name for name, _ in RIGHT} == set(NAMES), "every answer exercise has right fixtures"

@@ -1,7 +1,7 @@
 """The grader's sandbox side: what runs next to student code, and nothing secret.
 
 A sandbox sees this package (with ``autograders/__init__.py``) and the course's ``gpucourse``, never
-the rest of ``autograders`` (``autograders.sandbox.visible``). Its modules import ``gpucourse`` and
+the rest of ``autograders`` (``autograders.sandbox_view.visible``). Its modules import ``gpucourse`` and
 each other, never the grader's side (engine, sandbox, assemble, course, the hidden checks), and
 ``gpucourse`` never imports them (tests/test_boundary.py).
 

@@ -1,0 +1,251 @@
+"""What a sandbox sees of this machine: one allow-list (``visible()``), and the commands that build a
+sandbox's root from it and nothing else. ``sandbox.run`` starts every isolated run with one of them.
+
+- ``namespaces`` (the grader is root): ``_isolated_command`` enters new namespaces with ``unshare``,
+  ``_mount_script`` puts the root together at ROOT_MOUNT from ``visible()`` alone (``_root_script``),
+  and the code runs there (``chroot``) as the sandbox's user; a preloaded Python's child runs the same
+  script (autograders/preload.py).
+- ``bwrap`` (any user): ``_bwrap_command``, bubblewrap's namespaces (``_bwrap_base``, which
+  ``sandbox.probe`` tries too) over an empty root holding ``visible()`` read-only.
+
+Either way a ``hide`` folder that lies inside a visible one is covered by an empty tmpfs (``_hidden``),
+the sandbox has its own /proc, /dev, /tmp and /dev/shm, and its working folder is /mnt.
+``_keep_reachable`` keeps folders reachable under masking mounts for a mount namespace put together
+by hand (tests/test_sandbox.py's run as an ordinary user).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+NOBODY = 65534  # the user sandboxed code runs as (bubblewrap's inside, sandbox.Limits' default, preload's children)
+
+
+# --- what a sandbox sees: this allow-list, and nothing else ------------------------------------------
+
+SYSTEM = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc")  # programs, libraries, settings
+# Files of the package derived from the answers: never in a sandbox (the self-check key's salted hashes
+# give every quiz answer to a loop over the letters).
+ANSWER_FILES = ("checks/self_check.json",)
+ROOT_MOUNT = "/dev/shm"  # where the sandbox's root is put together, inside its own mount namespace
+
+
+def _package() -> Path:
+    import gpucourse
+
+    return Path(gpucourse.__file__).resolve().parent
+
+
+@functools.cache
+def _package_copy() -> Path:
+    """The course's package without ANSWER_FILES: a copy made once per grader, shown to every sandbox
+    at the package's own path (modules a preloaded Python imported keep their paths)."""
+    import atexit
+    import tempfile
+
+    package = _package()
+    folder = Path(tempfile.mkdtemp(prefix="gpucourse-package-"))
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    answers = {package / name for name in ANSWER_FILES}
+    copy = folder / package.name
+    shutil.copytree(package, copy, ignore=lambda where, names: [n for n in names if Path(where, n) in answers])
+    for path in [folder, *folder.rglob("*")]:
+        path.chmod(0o755 if path.is_dir() else 0o644)
+    return copy
+
+
+GRADER = Path(__file__).resolve().parent  # autograders/
+# The grader's files a sandbox sees: its package's docstring and the sandbox-side worker (the runner,
+# its supervisor, the zygote), nothing secret. Never the hidden checks, the engine or the gradebook.
+WORKER_FILES = ("__init__.py", "worker")
+
+
+@functools.cache
+def _worker_copy() -> Path:
+    """``autograders/`` as a sandbox sees it: a copy of WORKER_FILES alone, made once per grader and
+    shown at the package's own path (the sandbox imports ``autograders.worker`` from there)."""
+    import atexit
+    import tempfile
+
+    folder = Path(tempfile.mkdtemp(prefix="gpucourse-worker-"))
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    copy = folder / GRADER.name
+    copy.mkdir()
+    for name in WORKER_FILES:
+        source = GRADER / name
+        if source.is_dir():
+            shutil.copytree(source, copy / name, ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            shutil.copy2(source, copy / name)
+    for path in [folder, *folder.rglob("*")]:
+        path.chmod(0o755 if path.is_dir() else 0o644)
+    return copy
+
+
+def visible() -> list[tuple[str, str]]:
+    """Everything a sandbox sees of this machine, as (path inside, source outside): the system's
+    programs and libraries, the interpreter, its venv, the package (a copy without ANSWER_FILES),
+    the grader's worker (a copy of WORKER_FILES at autograders/'s own path).
+    Nothing else: not the checkout around them, its neighbours, /home, /root or /tmp (the sandbox
+    has its own /tmp, /dev/shm and /proc, and its working folder at /mnt)."""
+    shown = [(path, path) for path in SYSTEM if os.path.lexists(path)]
+    package = _package()
+    for folder in (Path(sys.base_prefix).resolve(), Path(sys.prefix).resolve()):
+        if not any(folder == Path(p) or folder.is_relative_to(p) for p, _ in shown):
+            shown.append((str(folder), str(folder)))
+    shown.append((str(package), str(_package_copy())))
+    shown.append((str(GRADER), str(_worker_copy())))
+    return shown
+
+
+def _hidden(hide) -> list[Path]:
+    """The ``hide`` folders that lie inside a visible folder, but for one that ``visible()`` shows as a
+    copy of its own (autograders/: the copy holds the worker alone)."""
+    shown = visible()
+    copies = {Path(inside) for inside, source in shown if inside != source}
+    found = [Path(p).resolve() for p in hide]
+    return [p for p in found if p.is_dir() and p not in copies and any(p.is_relative_to(inside) for inside, _ in shown)]
+
+
+# --- the commands that build a sandbox's root from that list alone -----------------------------------
+
+def _root_script(workdir: Path, hide: list[Path], tmpfs_bytes: int = 0) -> list[str]:
+    """Shell lines, run as root in the new mount namespace, that put the sandbox's root together at
+    ROOT_MOUNT from ``visible()`` alone; the caller then changes root to it (``chroot``). A folder in
+    ``hide`` that lies inside a visible one is covered too. Its own /tmp and /dev/shm hold at most
+    ``tmpfs_bytes`` each (0: half the machine's memory, the kernel's default)."""
+    root = ROOT_MOUNT
+    size = f",size={tmpfs_bytes}" if tmpfs_bytes else ""
+    script = [f"mount -t tmpfs -o mode=0755 gpucourse-root {root}"]
+    # The sandbox's own /proc, /dev, /tmp and /sys first: a visible folder that lies below one of them (a
+    # checkout under /tmp, as CI's may be) is then bound inside it instead of being covered by it.
+    script += [f"mkdir {root}/proc {root}/dev {root}/tmp {root}/mnt {root}/sys",
+               f"mount -t proc -o nosuid,noexec,nodev proc {root}/proc",
+               f"mount --bind /dev {root}/dev",  # devices; not /dev/shm or /dev/pts mounted below it
+               f"mount -t tmpfs -o mode=1777{size} gpucourse-shm {root}/dev/shm",
+               f"mount --bind /sys {root}/sys",
+               f"mount -t tmpfs -o mode=1777{size} gpucourse-tmp {root}/tmp"]
+    for inside, source in visible():
+        target, quoted = shlex.quote(root + inside), shlex.quote(source)
+        if os.path.islink(source) and inside == source:  # /bin -> usr/bin: the same link
+            script += [f"mkdir -p {shlex.quote(str(Path(root + inside).parent))}",
+                       f"ln -s {shlex.quote(os.readlink(source))} {target}"]
+        elif os.path.isdir(source):
+            script += [f"mkdir -p {target}", f"mount --bind {quoted} {target}"]
+    for path in _hidden(hide):
+        script.append(f"mount -t tmpfs -o size=1m,mode=0755 gpucourse-hidden {shlex.quote(root + str(path))}")
+    script.append(f"mount --bind {shlex.quote(str(workdir.resolve()))} {root}/mnt")
+    return script
+
+
+def _mount_script(workdir: Path, hide: list[Path], proc: bool = False, tmpfs_bytes: int = 0) -> list[str]:
+    """Shell lines run as root inside the new namespaces: loopback up, then the sandbox's root from
+    ``visible()`` alone (``_root_script``) at ROOT_MOUNT, which the caller makes the root. ``proc``:
+    mount the PID namespace's own /proc first (what ``unshare --mount-proc`` does; the preloaded path
+    has no ``unshare`` command to do it).
+
+    The new network namespace has only a loopback interface, brought up so that the code can use
+    127.0.0.1 among its own processes (gloo needs it); nothing outside the namespace is reachable.
+    """
+    script = ["set -e", "mount --make-rprivate /"] + (["mount -t proc -o nosuid,noexec,nodev proc /proc"] if proc else [])
+    script += ["ip link set lo up"]
+    return script + _root_script(workdir, hide, tmpfs_bytes)
+
+
+def _isolated_command(command: list[str], workdir: Path, hide: list[Path], user: int, processes: int,
+                      tmpfs_bytes: int = 0) -> list[str]:
+    """Wrap ``command``: namespaces, the mounts of ``_mount_script``, then ``user`` (``sandbox.Limits.user``)
+    in /mnt of that root, with at most ``processes`` (RLIMIT_NPROC, set after dropping to that user)."""
+    inner = "cd /mnt && exec setpriv --reuid={0} --regid={0} --clear-groups --no-new-privs --inh-caps=-all " \
+            "prlimit --nproc={1} -- {2}".format(user, processes, shlex.join(command))
+    chroot = shutil.which("chroot", path=os.pathsep.join([os.defpath, "/usr/sbin", "/sbin"])) or "chroot"
+    script = _mount_script(workdir, hide, tmpfs_bytes=tmpfs_bytes) + [f"exec {chroot} {ROOT_MOUNT} sh -c {shlex.quote(inner)}"]
+    return ["unshare", "--net", "--mount", "--pid", "--ipc", "--fork", "--kill-child", "--mount-proc", "--",
+            "sh", "-c", "\n".join(script)]
+
+
+def _bwrap_command(command: list[str], workdir: Path, hide: list[Path], tmpfs_bytes: int = 0) -> list[str]:
+    """Wrap ``command`` in bubblewrap: ``_bwrap_base``'s namespaces over an empty root holding only
+    ``visible()`` (read-only), its own /dev, /proc and /tmp, the work folder writable at /mnt; a
+    ``hide`` folder inside a visible one under an empty tmpfs."""
+    args = _bwrap_base(tmpfs_bytes)
+    for inside, source in visible():
+        if os.path.islink(source) and inside == source:
+            args += ["--symlink", os.readlink(source), inside]
+        elif os.path.isdir(source):
+            args += ["--ro-bind", source, inside]
+    for path in _hidden(hide):
+        args += ["--tmpfs", str(path)]
+    args += ["--bind", str(workdir.resolve()), "/mnt", "--chdir", "/mnt", "--"]
+    return args + command
+
+
+def _bwrap_base(tmpfs_bytes: int = 0) -> list[str]:
+    """bubblewrap's namespaces and process settings, the same for the probe and every run; /tmp and
+    /dev/shm of ``tmpfs_bytes`` each where this bubblewrap has ``--size`` (0.5.0 and later)."""
+    sized = ["--size", str(tmpfs_bytes)] if tmpfs_bytes and _bwrap_sizes() else []
+    return [shutil.which("bwrap") or "bwrap", "--unshare-user", "--uid", str(NOBODY), "--gid", str(NOBODY),
+            "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
+            "--die-with-parent", "--new-session", "--cap-drop", "ALL",
+            "--dev", "/dev", "--proc", "/proc", *sized, "--tmpfs", "/tmp", "--ro-bind-try", "/sys", "/sys"] + \
+        ([*sized, "--tmpfs", "/dev/shm"] if sized else [])  # else /dev/shm is a folder of --dev's tmpfs
+
+
+@functools.cache
+def _bwrap_sizes() -> bool:
+    """Whether this bubblewrap sizes its tmpfs mounts (``--size``); older ones leave them unbounded."""
+    try:
+        return "--size" in subprocess.run(["bwrap", "--help"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        return False
+
+
+# --- a mount namespace put together by hand (tests/test_sandbox.py's run as an ordinary user) --------
+
+def _blocking_ancestor(path: Path) -> Path | None:
+    """The first folder on the way to ``path`` that others may not enter (e.g. /root), if any."""
+    current = Path("/")
+    for part in path.resolve().parts[1:]:
+        current = current / part
+        if current.is_dir() and not current.stat().st_mode & 0o001:
+            return current
+    return None
+
+
+def _keep_reachable(needed: list[Path], masked: list[str]) -> tuple[list[str], list[str]]:
+    """Shell lines around the masking mounts so that ``nobody`` still reaches ``needed`` folders.
+
+    A needed folder can disappear under the namespace's own /tmp (a checkout in /tmp), or sit
+    behind a folder others may not enter (a Python under /root). Before anything is masked, each
+    needed folder is bound aside on a scratch tmpfs; afterwards an empty tmpfs veils each closed
+    ancestor (its other contents stay hidden) and every folder is bound back at its own path.
+    Returns (lines to run before masking, lines to run after ``masked`` mounts are in place).
+    """
+    before = ["mount -t tmpfs -o mode=0700 gpucourse-keep /dev/shm"]
+    after, veiled = [], set()
+    for number, folder in enumerate(needed):
+        keep, path = f"/dev/shm/keep{number}", shlex.quote(str(folder))
+        before += [f"mkdir {keep}", f"mount --bind {path} {keep}"]
+        ancestor = _blocking_ancestor(folder)
+        if ancestor is not None and ancestor not in veiled:
+            after.append(f"mount -t tmpfs -o mode=0755 gpucourse-veil {shlex.quote(str(ancestor))}")
+            veiled.add(ancestor)
+        covered = ancestor is not None or any(str(folder).startswith(m.rstrip("/") + "/") for m in masked)
+        if covered:
+            after += [f"mkdir -p {path}", f"mount --bind {keep} {path}"]
+        after.append(f"umount {keep}")
+    return before, after
+
+
+def _needed_folders() -> list[Path]:
+    """What the sandboxed Python must reach: its interpreter, its venv and the course's package."""
+    import gpucourse
+
+    folders = [Path(sys.base_prefix), Path(sys.prefix), Path(gpucourse.__file__).parent.parent]
+    return list(dict.fromkeys(f.resolve() for f in folders))
