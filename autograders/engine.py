@@ -364,7 +364,8 @@ def _judge(case: public.Case, observation: dict | None, inputs=None) -> str | No
             return str(observation.get("error", "an answer is missing"))
         return f"raised {observation.get('error', 'an error')}"
     try:
-        return case.judge_with(observation.get("data"), inputs)
+        # ``seen``: the supervisor's own measurement of the worker, from outside it (Case.seen)
+        return case.judge_with(observation.get("data"), inputs, observation.get("seen"))
     except Exception as error:  # malformed data is a failed check, not a grader crash
         return f"unexpected data ({type(error).__name__})"
 

@@ -232,7 +232,9 @@ def test_runner_runs_cells_restores_modules_and_reports_json():
     assert "before exit" in cells[1]["output"] and "SystemExit" in cells[1]["error"]
     assert cells[2]["output"] == "still running\n"
     observations = {r["case"]: r for r in records if r["type"] == "observation"}
+    seen = observations["c1"].pop("seen")  # the supervisor's own measurement (Case.seen)
     assert observations["c1"] == {"type": "observation", "case": "c1", "ok": True, "data": {"pid_is_real": True, "answer": 42}}
+    assert set(seen) == {"worker_cpu_s"} and 0 <= seen["worker_cpu_s"] < 1
     assert observations["c2"]["ok"] is False and "ValueError: no" in observations["c2"]["error"]
     assert records[-1] == {"type": "done"}
 
@@ -259,6 +261,61 @@ def test_runner_times_out_a_stuck_cell_and_kills_what_it_left(tmp_path):
     assert records[0]["error"].startswith("CellTimeout") and "its 4 leftover processes were killed" in records[0]["error"]
     assert records[1]["error"] is None and records[1]["output"] == "4 []\n", records[1]
     assert records[-1]["type"] == "done"
+
+
+def test_runner_sees_the_cpu_time_the_worker_spent_on_each_observer_from_outside_it():
+    """An observer that spins in the worker, and one whose spinning runs in a child process: the
+    supervisor's /proc reading of the worker counts the first and not the second."""
+    spin = "def observe(ns):\n    import time\n    end = time.thread_time() + 0.4\n    while time.thread_time() < end:\n        pass\n"
+    child = ("def observe(ns):\n    import multiprocessing\n    from gpucourse.parallel import burn_cpu\n"
+             "    with multiprocessing.get_context('fork').Pool(1) as pool:\n        return pool.map(burn_cpu, [(1, 0.4)])\n")
+    records = _run_runner({"cells": [{"source": "x = 1", "grade_id": None}],
+                           "observers": [{"case": "here", "source": spin, "function": "observe"},
+                                         {"case": "child", "source": child, "function": "observe"}],
+                           "cell_seconds": 30, "observe_seconds": 60})
+    seen = {r["case"]: r["seen"]["worker_cpu_s"] for r in records if r["type"] == "observation"}
+    assert seen["here"] >= 0.35, seen  # 0.4 s, read in clock ticks
+    assert seen["child"] < 0.2, seen
+
+
+def test_supervisor_sets_seen_itself_and_ignores_a_seen_the_worker_sends():
+    """A "worker" (a forked child) that answers each observer with a ``seen`` of its own, in its record
+    and beside it: what the grader reads is the supervisor's reading of the child's CPU time."""
+    from autograders.worker import supervisor
+    from autograders.worker.forking import Channel
+
+    up_r, up_w = os.pipe()
+    down_r, down_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the worker: spins 0.4 s claiming none, then idles claiming 99 s
+        try:
+            up, down = Channel(write=up_w), Channel(read=down_r)
+            for spin, claim in ((0.4, 0.0), (0.0, 99.0)):
+                ask = down.receive()
+                end = time.thread_time() + spin
+                while time.thread_time() < end:
+                    pass
+                forged = {"worker_cpu_s": claim}
+                up.send({"type": "observation", "id": ask["id"], "seen": forged, "problems": [],
+                         "record": {"ok": True, "data": claim, "seen": forged}})
+        finally:
+            os._exit(0)
+    os.close(up_w)
+    os.close(down_r)
+    emitted = []
+    sup = object.__new__(supervisor.Supervisor)  # only its worker and its observing matter here
+    sup.worker = {"pid": pid, "up": Channel(read=up_r), "down": Channel(write=down_w)}
+    sup.emit, sup.zygote, sup.pending, sup.flagged, sup.observe_seconds, sup.restarts = emitted.append, None, {}, set(), 30, 0
+    try:
+        assert sup.observe([{"case": c, "source": "", "function": "f"} for c in ("spins", "idles")])
+    finally:
+        os.waitpid(pid, 0)
+        os.close(up_r)
+        os.close(down_w)
+    spins, idles = emitted
+    assert spins["data"] == 0.0 and spins["seen"]["worker_cpu_s"] >= 0.35, spins
+    assert idles["data"] == 99.0 and idles["seen"]["worker_cpu_s"] < 0.2, idles
+    assert set(spins) == set(idles) == {"type", "case", "ok", "data", "seen"}
 
 
 def test_runner_closes_the_checks_to_cells_and_undoes_patches_before_observers():
@@ -525,8 +582,9 @@ def _judge_in(ns, hidden, exercise, source, filename, until=None):
     seed = grading_seed()
     inputs = engine.draw_inputs(seed, named)
     for case_id, case in named:
-        try:
-            observation = {"ok": True, "data": checks.as_data(case.observe_with(ns, inputs.get(case_id)))}
+        try:  # ``seen`` as the grader's supervisor measures it, here in this process (Case.observe_seen)
+            data, seen = case.observe_seen(ns, inputs.get(case_id))
+            observation = {"ok": True, "data": checks.as_data(data), "seen": seen}
         except checks.AnswerError as error:
             observation = {"ok": False, "answer": True, "error": str(error)}
         except Exception as error:

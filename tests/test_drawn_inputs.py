@@ -50,12 +50,17 @@ def solutions():
 
 
 def _observe_all(named, ns, inputs) -> dict:
-    return {ref: checks.as_data(case.observe_with(ns, inputs.get(ref))) for ref, case in named}
+    """Each case's data, with what the grader's supervisor would see meanwhile (``Case.observe_seen``)."""
+    observed = {}
+    for ref, case in named:
+        data, seen = case.observe_seen(ns, inputs.get(ref))
+        observed[ref] = (checks.as_data(data), seen)
+    return observed
 
 
 def _failures(named, observed, inputs) -> list[str]:
     return [f"{ref}: {verdict}" for ref, case in named
-            if (verdict := case.judge_with(observed[ref], inputs.get(ref))) is not None]
+            if (verdict := case.judge_with(observed[ref][0], inputs.get(ref), observed[ref][1])) is not None]
 
 
 @pytest.mark.skipif(not EXERCISES, reason="no hidden case of a function exercise draws its inputs yet")

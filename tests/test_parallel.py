@@ -84,6 +84,17 @@ def test_threads_stay_in_process_and_processes_leave_it():
     assert os.getpid() not in in_processes
 
 
+def test_burn_cpu_spends_its_seconds_in_the_process_that_runs_it():
+    import time
+
+    start = time.process_time()
+    assert P.burn_cpu((("a", 2 ** 70), 0.2)) == ("a", 2 ** 70)
+    assert time.process_time() - start >= 0.2
+    start = time.process_time()
+    assert P.run_processes(P.burn_cpu, [(1, 0.2), (2, 0.2)], 2) == [1, 2]
+    assert time.process_time() - start < 0.2  # the pool's processes did the work
+
+
 def test_asyncio_runner_works_inside_a_running_loop():
     async def inside():
         return P.run_asyncio(P.wait_io_async, [0.01, 0.02], 2)

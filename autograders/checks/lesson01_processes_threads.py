@@ -24,7 +24,9 @@ from autograders.differential import same, unreported
 # sandbox calls the answer and reports the results as ``describe`` writes them (a tuple is not a list,
 # 2 is not 2.0); the judges compute ``[fn(x) for x in items]`` here. Which process or thread ran an
 # item is read from ``gpucourse.parallel.worker_identity`` in the sandbox; the items it returns are
-# checked here.
+# checked here. A process id is what the answer's own process reports, so whether kind='cpu' ran fn
+# elsewhere is decided by what the grader sees from outside that process: its CPU time while fn's work
+# ran (``judge_cpu_time``).
 
 # The functions a case may apply, by name: picklable and module-level, as the text promises. The
 # observers hold the same table (they cannot read this module).
@@ -241,6 +243,41 @@ def judge_cpu_processes(d, run):
         return "kind='cpu' ran fn in this process: GIL-bound work needs processes"
     if len(d["pids"]) > workers:
         return f"kind='cpu' with workers={workers} used {len(d['pids'])} processes"
+    return None
+
+
+def draw_cpu_time(rng):
+    """6 to 8 drawn items, each with 0.15 to 0.22 s of pure-Python CPU work (``burn_cpu``: 1.76 s at most),
+    workers 1 or 2."""
+    pairs = [(_number(rng), round(rng.uniform(0.15, 0.22), 3)) for _ in range(rng.randint(6, 8))]
+    return {"pairs": describe(pairs), "workers": rng.choice([1, 2])}
+
+
+def observe_cpu_time(ns, drawn):
+    from gpucourse.checks import answer
+    from gpucourse.checks.values import describe, rebuild
+    from gpucourse.parallel import burn_cpu
+
+    return describe(answer(ns, "parallel_map")(burn_cpu, rebuild(drawn["pairs"]), "cpu", workers=drawn["workers"]))
+
+
+def judge_cpu_time(results, drawn, seen):
+    """Whose CPU did the work: measured from outside the process that called the answer (``Case.seen``),
+    which no code of the answer can change, unlike a process id it reports. Every item's work is CPU
+    time; run in that process, its CPU time grows by all of it, run in others by what starting and
+    feeding them costs."""
+    from gpucourse.checks.values import rebuild
+
+    pairs = rebuild(drawn["pairs"])
+    if not same(results, describe([value for value, _ in pairs]), rel=0, abs_tol=0):
+        return f"kind='cpu', workers={drawn['workers']}: results are not [fn(x) for x in items]"
+    work = sum(seconds for _, seconds in pairs)
+    spent = seen.get("worker_cpu_s") if isinstance(seen, dict) else None
+    if type(spent) not in (int, float) or not spent >= 0:  # NaN too
+        return "the grader did not see the CPU time of the process that ran this check: a person should look"
+    if spent >= work / 2:
+        return (f"kind='cpu' ran fn in this process (its CPU time, measured from outside, grew by {spent:.2f} s "
+                f"of {work:.2f} s of work): GIL-bound work needs processes")
     return None
 
 
@@ -696,6 +733,8 @@ HIDDEN = {
         Case("a list of [fn(x) for x in items]: drawn functions and items, one item, no items", observe_applied,
              judge_applied, draw=draw_applied),
         Case("other kinds raise ValueError", observe_other_kinds, judge_other_kinds, draw=draw_other_kinds),
+        Case("kind='cpu': fn's CPU time is spent outside the calling process (seen by the grader)", observe_cpu_time,
+             judge_cpu_time, draw=draw_cpu_time, seen=True),
     ],
     "lines_dataset": [
         Case("other files: len and every item (negative, zero, up to the int64 limits, no newline at the end)",
@@ -730,7 +769,7 @@ CLAUSES = {
     "parallel_map": {
         "returns [fn(x) for x in items], a list, for any picklable module-level fn and any items": [*_PM_PUBLIC[:2], _PM[3]],
         "in the order of items, not the order the calls finish in (nor sorted)": [_PM[2]],
-        'kind="cpu": fn runs in processes (other than the caller)': [_PM_PUBLIC[2], _PM[1]],
+        'kind="cpu": fn runs in processes (other than the caller)': [_PM_PUBLIC[2], _PM[1], _PM[5]],
         'kind="io": fn runs in threads of this process (not the calling thread)': [_PM[0]],
         "any other kind raises ValueError (other case, spaces, other types, with or without items)": [_PM[4]],
         "workers: at most that many threads or processes; None means the pool's default": [_PM[0], _PM[1], _PM[3]],

@@ -10,7 +10,9 @@ watches the worker from outside: a cell or check that does not stop at its own a
 (the worker and everything below it killed) and a fresh worker runs the cells before it again,
 silently, and goes on. Once the cells are done and the worker is quiet (``runner.Quiet``, and its
 threads and processes seen from here), it reads the observers from their own pipe and sends them
-one at a time, each with an id its answer must carry; it passes on only the launches the job lists.
+one at a time, each with an id its answer must carry, and reads the worker's CPU time from /proc before
+and after each (``cpu_seconds``: the observation's ``seen``, which the worker cannot write); it passes
+on only the launches the job lists.
 It is not dumpable: the worker, running as the same user, cannot read its memory or descriptors.
 """
 
@@ -265,6 +267,8 @@ class Supervisor:
             ask = {"type": "observe", "id": os.urandom(16).hex(), "case": observer["case"],
                    "source": observer["source"], "function": observer["function"],
                    **({"inputs": observer["inputs"]} if "inputs" in observer else {})}
+            worker = self.worker["pid"]
+            before = cpu_seconds(worker)
             try:
                 self.worker["down"].send(ask)
                 record, problems = self._answer(ask["id"])
@@ -277,10 +281,13 @@ class Supervisor:
                 self.flag(f"the run's messages were forged ({error}): code of the cells wrote to the grader's channel", forgery=True)
                 self._stop()
                 return False
+            after = cpu_seconds(worker)
             if record is None:
                 self._stop()
                 record = {"ok": False, "error": f"ran longer than {self.observe_seconds:.0f} s and did not stop when interrupted"}
-            self.emit({"type": "observation", "case": observer["case"], **_clean(record)})
+            # what was seen from here, never what the worker said: set after its record is cleaned
+            seen = None if before is None or after is None else {"worker_cpu_s": round(after - before, 3)}
+            self.emit({"type": "observation", "case": observer["case"], **_clean(record), "seen": seen})
             if problems:
                 self.flag("the checks after this one could not be run: the process was not quiet after a check ("
                           + "; ".join(problems) + "): a person should look at this submission")
@@ -342,8 +349,20 @@ class Supervisor:
         self._stop()
 
 
+def cpu_seconds(pid: int) -> float | None:
+    """The CPU time ``pid`` has spent, read from outside it: utime + stime of /proc/PID/stat (fields 14
+    and 15, in clock ticks), every thread of the process, none of its child processes; None when
+    unreadable. Around one observer, what the worker itself spent on it (``gpucourse.checks.Case.seen``)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            fields = stat.read().rpartition(b")")[2].split()  # the name before ")" may hold spaces
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # fields 14 and 15, counted after the name
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def _clean(record: dict) -> dict:
-    """An observation's fields, as the grader reads them, and nothing else."""
+    """An observation's fields, as the grader reads them, and nothing else (``seen`` is the supervisor's own)."""
     if record.get("ok") is True:
         return {"ok": True, "data": record.get("data")}
     clean = {"ok": False, "error": str(record.get("error", "an error"))[:2000]}

@@ -112,6 +112,18 @@ def sleep_then_return(pair: tuple[Any, float]) -> Any:
     return value
 
 
+def burn_cpu(pair: tuple[Any, float]) -> Any:
+    """Lesson 1's GIL-bound stand-in: spin in pure Python until this thread has used ``pair[1]`` seconds
+    of CPU time, then return ``pair[0]``. Counted with ``time.thread_time`` (this thread's CPU time, not
+    the wall clock), so a busy machine makes it last longer, never do less work. Whichever process runs
+    it is the one whose CPU time grows by ``pair[1]``."""
+    value, seconds = pair
+    end = time.thread_time() + seconds
+    while time.thread_time() < end:
+        pass
+    return value
+
+
 # --- runners -----------------------------------------------------------------------------
 
 def run_serial(fn: Callable, args: Sequence, workers: int = 1) -> list:

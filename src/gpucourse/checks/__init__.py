@@ -101,11 +101,19 @@ class Case:
     ``judge(data, inputs)``. The grader draws them from a seed of its own per submission and sends them
     into the sandbox only after the last cell, so no answer can know them in advance; hidden cases keep
     ``draw`` and the reference the judge compares with on the grader's side only. ``check()`` in a
-    notebook draws with a fresh generator each time."""
+    notebook draws with a fresh generator each time.
+
+    A case with ``seen=True`` is judged also on what was seen from *outside* the process that ran the
+    observer, which no code in that process can write: its judge is called ``judge(data, seen)``, or
+    ``judge(data, inputs, seen)`` with ``draw``. ``seen`` is ``{"worker_cpu_s": s}``, the CPU time (all
+    its threads, user and system, not its child processes) that process spent while the observer ran,
+    or None when nothing was measured. The grader's supervisor reads it from /proc; ``observe_seen``
+    measures the same in this process."""
     name: str
     observe: Callable[..., Any]
     judge: Callable[..., "str | None"]
     draw: "Callable[[Any], Any] | None" = None
+    seen: bool = False
 
     def inputs(self, rng) -> Any:
         """This case's inputs drawn from ``rng`` (None for a case without ``draw``), as plain data."""
@@ -114,8 +122,19 @@ class Case:
     def observe_with(self, ns: dict, inputs: Any = None) -> Any:
         return self.observe(ns) if self.draw is None else self.observe(ns, inputs)
 
-    def judge_with(self, data: Any, inputs: Any = None) -> "str | None":
-        return self.judge(data) if self.draw is None else self.judge(data, inputs)
+    def observe_seen(self, ns: dict, inputs: Any = None) -> "tuple[Any, dict]":
+        """``observe_with``'s data, and what the grader's supervisor would see from outside while it ran
+        (see ``seen``), measured in this process: ``time.process_time`` counts what /proc/PID/stat's
+        utime and stime do, every thread of this process and none of its children."""
+        import time
+
+        start = time.process_time()
+        data = self.observe_with(ns, inputs)
+        return data, {"worker_cpu_s": time.process_time() - start}
+
+    def judge_with(self, data: Any, inputs: Any = None, seen: "dict | None" = None) -> "str | None":
+        args = (data,) + ((inputs,) if self.draw is not None else ()) + ((seen,) if self.seen else ())
+        return self.judge(*args)
 
 
 @dataclass(frozen=True)
@@ -325,14 +344,15 @@ def run_case(case: Case, namespace: dict, rng=None) -> str | None:
         return f"{case.name}: {stubbed}"
     inputs = case.inputs(rng if rng is not None else random.Random())
     try:
-        data = as_data(case.observe_with(namespace, inputs))
+        data, seen = case.observe_seen(namespace, inputs)
+        data = as_data(data)
     except AnswerError as error:
         return f"{case.name}: {error}"
     except NotImplementedError:  # the released stub, not a crash: say what to write instead
         return f"{case.name}: {unanswered(case)}"
     except Exception as error:  # the student's code raising is a failed case, not a crash
         return f"{case.name}: raised {type(error).__name__}: {error}"
-    verdict = case.judge_with(data, inputs)
+    verdict = case.judge_with(data, inputs, seen)
     return None if verdict is None else f"{case.name}: {verdict}"
 
 
