@@ -267,8 +267,8 @@ def test_runner_sees_the_cpu_time_the_worker_spent_on_each_observer_from_outside
     """An observer that spins in the worker, and one whose spinning runs in a child process: the
     supervisor's /proc reading of the worker counts the first and not the second."""
     spin = "def observe(ns):\n    import time\n    end = time.thread_time() + 0.4\n    while time.thread_time() < end:\n        pass\n"
-    child = ("def observe(ns):\n    import multiprocessing\n    from gpucourse.parallel import burn_cpu\n"
-             "    with multiprocessing.get_context('fork').Pool(1) as pool:\n        return pool.map(burn_cpu, [(1, 0.4)])\n")
+    child = ("def observe(ns):\n    import multiprocessing\n    from gpucourse.parallel import square_chain\n"
+             "    with multiprocessing.get_context('fork').Pool(1) as pool:\n        return pool.map(square_chain, [(1, 3, 30_000)])\n")
     records = _run_runner({"cells": [{"source": "x = 1", "grade_id": None}],
                            "observers": [{"case": "here", "source": spin, "function": "observe"},
                                          {"case": "child", "source": child, "function": "observe"}],
@@ -276,6 +276,30 @@ def test_runner_sees_the_cpu_time_the_worker_spent_on_each_observer_from_outside
     seen = {r["case"]: r["seen"]["worker_cpu_s"] for r in records if r["type"] == "observation"}
     assert seen["here"] >= 0.35, seen  # 0.4 s, read in clock ticks
     assert seen["child"] < 0.2, seen
+
+
+def test_lesson01_trapdoor_gives_each_square_chain_and_the_judge_wants_the_work_done_elsewhere():
+    """The grader's primes multiply to the public modulus; through them it finds the end of any chain (as
+    doing the squarings does); the CPU-time judge fails results that skip fn, and work seen in the caller."""
+    import random
+
+    from autograders import engine
+    from gpucourse.parallel import MODULUS, square_chain
+
+    hidden = engine.load_checks("lesson01_processes_threads")
+    p, q = hidden._PRIME_P, hidden._PRIME_Q
+    assert p * q == MODULUS and 1 < p < MODULUS and p != q
+    for base, squarings in ((2, 0), (MODULUS - 2, 1), (p, 5), (3 ** 900 % MODULUS, 3_000)):
+        assert hidden.reference_square_chain(base, squarings) == square_chain((None, base, squarings))[1]
+    drawn = hidden.draw_cpu_time(random.Random(1))
+    items = checks.values.rebuild(drawn["items"])
+    done = checks.values.describe([(x, hidden.reference_square_chain(b, s)) for x, b, s in items])
+    skipped = checks.values.describe([(x, b) for x, b, _ in items])
+    work = hidden._squaring_seconds(sum(s for _, _, s in items))  # what the judge measures too
+    assert hidden.judge_cpu_time(done, drawn, {"worker_cpu_s": work / 10}) is None
+    assert "fn was not run on every item" in hidden.judge_cpu_time(skipped, drawn, {"worker_cpu_s": 0.0})
+    assert "in the order of items" in hidden.judge_cpu_time(done[::-1], drawn, {"worker_cpu_s": 0.0})
+    assert "ran fn in this process" in hidden.judge_cpu_time(done, drawn, {"worker_cpu_s": work})
 
 
 def test_supervisor_sets_seen_itself_and_ignores_a_seen_the_worker_sends():

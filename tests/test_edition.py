@@ -115,6 +115,25 @@ def restated_solutions(package: Path) -> list[str]:
     return found
 
 
+def test_the_edition_holds_no_trapdoor_of_the_time_lock_modulus(built):
+    """gpucourse.parallel.MODULUS is public; its primes (and phi) are the grader's alone: with them an answer
+    could return square_chain's results without doing the work. Looked for in decimal and hex, in pieces, in
+    the edition's text with quotes and white space taken out (a number split over string literals)."""
+    from autograders import engine
+    from gpucourse.parallel import MODULUS
+
+    hidden = engine.load_checks("lesson01_processes_threads")
+    p, q = hidden._PRIME_P, hidden._PRIME_Q
+    assert p * q == MODULUS
+    text = re.sub(r"[\s\"'_]", "", "\n".join(_files(built).values())).lower()
+    public = str(MODULUS) + format(MODULUS, "x")  # phi = MODULUS - p - q + 1 begins with MODULUS's digits
+    for secret in (p, q, (p - 1) * (q - 1)):
+        for digits in (str(secret), format(secret, "x")):
+            pieces = [digits[i:i + 40] for i in (0, len(digits) // 2, len(digits) - 40)]
+            assert not [piece for piece in pieces if piece in text and piece not in public], "a trapdoor in the edition"
+            assert [piece for piece in pieces if piece not in public], "nothing of it to look for"
+
+
 def test_the_package_restates_no_solution(built):
     assert not restated_solutions(built / "src")
 

@@ -84,15 +84,22 @@ def test_threads_stay_in_process_and_processes_leave_it():
     assert os.getpid() not in in_processes
 
 
-def test_burn_cpu_spends_its_seconds_in_the_process_that_runs_it():
+def test_square_chain_squares_base_modulo_the_public_modulus_in_sequence():
+    base = 3 ** 500 % P.MODULUS
+    for squarings in (0, 1, 2, 37):
+        assert P.square_chain((("a", 2 ** 70), base, squarings)) == (("a", 2 ** 70), pow(base, 2 ** squarings, P.MODULUS))
+    assert P.MODULUS.bit_length() == 2048 and P.MODULUS % 2 == 1
+
+
+def test_square_chain_spends_its_cpu_time_in_the_process_that_runs_it():
     import time
 
     start = time.process_time()
-    assert P.burn_cpu((("a", 2 ** 70), 0.2)) == ("a", 2 ** 70)
-    assert time.process_time() - start >= 0.2
+    chains = [P.square_chain((1, 5, 20_000)), P.square_chain((2, 7, 20_000))]
+    in_this_process = time.process_time() - start
     start = time.process_time()
-    assert P.run_processes(P.burn_cpu, [(1, 0.2), (2, 0.2)], 2) == [1, 2]
-    assert time.process_time() - start < 0.2  # the pool's processes did the work
+    assert P.run_processes(P.square_chain, [(1, 5, 20_000), (2, 7, 20_000)], 2) == chains
+    assert time.process_time() - start < in_this_process / 2  # the pool's processes did the work
 
 
 def test_asyncio_runner_works_inside_a_running_loop():

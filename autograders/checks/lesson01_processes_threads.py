@@ -26,7 +26,8 @@ from autograders.differential import same, unreported
 # item is read from ``gpucourse.parallel.worker_identity`` in the sandbox; the items it returns are
 # checked here. A process id is what the answer's own process reports, so whether kind='cpu' ran fn
 # elsewhere is decided by what the grader sees from outside that process: its CPU time while fn's work
-# ran (``judge_cpu_time``).
+# ran (``judge_cpu_time``). That work is a time-lock puzzle (``gpucourse.parallel.square_chain``) whose
+# results the grader checks with a trapdoor only it holds: an answer cannot skip fn and pass.
 
 # The functions a case may apply, by name: picklable and module-level, as the text promises. The
 # observers hold the same table (they cannot read this module).
@@ -246,32 +247,91 @@ def judge_cpu_processes(d, run):
     return None
 
 
+# The time-lock trapdoor (gpucourse.parallel.square_chain): the two primes whose product is the public
+# MODULUS. They exist here only: with them the grader checks a chain of squarings in milliseconds; without
+# them the only known way to its result is to do every squaring.
+_PRIME_P = int(
+    "fc5f83185a80607f27d34d9e487f733b15a0c8cb0e1cc83c108303db0f08dd8fcaf00b45534686d84bc070e3f8fa3c9d"
+    "1c39ccca314d1a5fabb491018e251444754c410ebbb115b76ae1973326a0432803eee163f43292258f8b5f2fd570c152"
+    "2131d6c66ba12cf53b0f23380cd517d3930f36a7a11c7c36f5c3d406272caf29"
+    , 16)
+_PRIME_Q = int(
+    "debb7f5c72d45ae23590a969af62091aa60d1aaab83fb504ff480edeefbaca057cf0396819a6cdc33cf7bd190e1959ac"
+    "b7ee1fa5301150d024975abf31299b155925f2cd39a5b8946867f9d9611892b3da3514cfa0406ca4ca0a8e6fef5d4190"
+    "7dcce040a8d0da9e55f16666861d4d327602613ca116867661fc28d2927b8115"
+    , 16)
+# Squarings per item: 0.16 to 0.21 s of CPU each at the 76,000 squarings per CPU-second (median of 15
+# timings) this 2048-bit modulus took with CPython 3.11's ints on a 2-core build machine; 8 items, 1.7 s
+# at most. The judge measures the cost on the grading machine itself (``_squaring_seconds``).
+SQUARINGS = (12_000, 16_000)
+
+
+def reference_square_chain(base, squarings):
+    """``base ** (2 ** squarings) % MODULUS`` through the trapdoor, whatever the number of squarings: the
+    exponent reduced modulo p - 1 and q - 1 (Fermat), the two halves joined by the Chinese remainder theorem.
+    (A reduced exponent is never 0, p - 1 having odd factors, so a base that p divides still gives 0.)"""
+    low = pow(base % _PRIME_P, pow(2, squarings, _PRIME_P - 1), _PRIME_P)
+    high = pow(base % _PRIME_Q, pow(2, squarings, _PRIME_Q - 1), _PRIME_Q)
+    return high + _PRIME_Q * ((low - high) * pow(_PRIME_Q, -1, _PRIME_P) % _PRIME_P)
+
+
+def _squaring_seconds(count, samples=5, share=50):
+    """This grader's CPU time for ``count`` squarings modulo MODULUS, scaled from the fastest of ``samples``
+    timings of ``count // share`` of them (a tenth of the work in all). This thread's CPU time, so other
+    threads of the grader do not count; the fastest, because a busy machine slows a sample (caches, a
+    shared core) and the work must not be overstated: an answer fails when its process spent half of it."""
+    import secrets
+    import time
+
+    from gpucourse.parallel import MODULUS
+
+    steps = max(1, count // share)
+    value = secrets.randbelow(MODULUS - 3) + 2
+    fastest = float("inf")
+    for _ in range(samples):
+        start = time.thread_time()
+        for _ in range(steps):
+            value = value * value % MODULUS
+        fastest = min(fastest, time.thread_time() - start)
+    return fastest * count / steps
+
+
 def draw_cpu_time(rng):
-    """6 to 8 drawn items, each with 0.15 to 0.22 s of pure-Python CPU work (``burn_cpu``: 1.76 s at most),
-    workers 1 or 2."""
-    pairs = [(_number(rng), round(rng.uniform(0.15, 0.22), 3)) for _ in range(rng.randint(6, 8))]
-    return {"pairs": describe(pairs), "workers": rng.choice([1, 2])}
+    """6 to 8 items ``(x, base, squarings)``: x drawn from the whole line, base from 2 .. MODULUS - 2,
+    squarings from ``SQUARINGS`` (about 0.16 to 0.21 s of CPU each); workers 1 or 2."""
+    from gpucourse.parallel import MODULUS
+
+    items = [(_number(rng), rng.randint(2, MODULUS - 2), rng.randint(*SQUARINGS)) for _ in range(rng.randint(6, 8))]
+    return {"items": describe(items), "workers": rng.choice([1, 2])}
 
 
 def observe_cpu_time(ns, drawn):
     from gpucourse.checks import answer
     from gpucourse.checks.values import describe, rebuild
-    from gpucourse.parallel import burn_cpu
+    from gpucourse.parallel import square_chain
 
-    return describe(answer(ns, "parallel_map")(burn_cpu, rebuild(drawn["pairs"]), "cpu", workers=drawn["workers"]))
+    return describe(answer(ns, "parallel_map")(square_chain, rebuild(drawn["items"]), "cpu", workers=drawn["workers"]))
 
 
 def judge_cpu_time(results, drawn, seen):
-    """Whose CPU did the work: measured from outside the process that called the answer (``Case.seen``),
-    which no code of the answer can change, unlike a process id it reports. Every item's work is CPU
-    time; run in that process, its CPU time grows by all of it, run in others by what starting and
-    feeding them costs."""
+    """Was fn's work done, and whose CPU did it. Each result of ``square_chain`` is checked through the
+    trapdoor: only doing the squarings gives it, so an answer cannot return the items' values without
+    running fn. Then the CPU time of the process that called the answer, measured from outside it
+    (``Case.seen``), which no code of the answer can change, unlike a process id it reports: run in that
+    process, fn's work makes it grow by all of it; run in others, by what starting and feeding them costs.
+    The work is what the squarings cost this grader, measured now on this machine."""
     from gpucourse.checks.values import rebuild
 
-    pairs = rebuild(drawn["pairs"])
-    if not same(results, describe([value for value, _ in pairs]), rel=0, abs_tol=0):
-        return f"kind='cpu', workers={drawn['workers']}: results are not [fn(x) for x in items]"
-    work = sum(seconds for _, seconds in pairs)
+    items = rebuild(drawn["items"])
+    where = f"kind='cpu', workers={drawn['workers']}"
+    want = [describe((x, reference_square_chain(base, squarings))) for x, base, squarings in items]
+    if not same(results, want, rel=0, abs_tol=0):
+        if type_words(results) != "a list" or len(results) != len(items):
+            return f"{where}: results are not [fn(x) for x in items]"
+        if sorted(map(repr, results)) == sorted(map(repr, want)):
+            return f"{where}: results are not in the order of items"
+        return f"{where}: the results are not fn(x): fn was not run on every item"
+    work = _squaring_seconds(sum(squarings for _, _, squarings in items))
     spent = seen.get("worker_cpu_s") if isinstance(seen, dict) else None
     if type(spent) not in (int, float) or not spent >= 0:  # NaN too
         return "the grader did not see the CPU time of the process that ran this check: a person should look"

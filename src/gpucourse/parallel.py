@@ -112,16 +112,36 @@ def sleep_then_return(pair: tuple[Any, float]) -> Any:
     return value
 
 
-def burn_cpu(pair: tuple[Any, float]) -> Any:
-    """Lesson 1's GIL-bound stand-in: spin in pure Python until this thread has used ``pair[1]`` seconds
-    of CPU time, then return ``pair[0]``. Counted with ``time.thread_time`` (this thread's CPU time, not
-    the wall clock), so a busy machine makes it last longer, never do less work. Whichever process runs
-    it is the one whose CPU time grows by ``pair[1]``."""
-    value, seconds = pair
-    end = time.thread_time() + seconds
-    while time.thread_time() < end:
-        pass
-    return value
+# Lesson 1's time-lock modulus: the product of two random 1024-bit primes. The primes are kept by the
+# grader only; without them no shortcut to the end of a chain of squarings is known.
+MODULUS = int(
+    "db93ab0266d5822cf51be297af4722c1d56601e61e2073330c76a6b922b6977e4c8234fce64b5d05f91fd1d8f98498a8"
+    "16a64c0b9ec8128553836e1432ddf68ab126cd058ba7b8f7fa07bfff5570321b28aa7614db8429442393d9dd18f3fb54"
+    "0b34008adb9d8903a3ac26dae88fe9c6dfd48e9fa54391586a5d49fa142cb356dc86e11b62186be977bad873b6cc982d"
+    "f9cf33576610663009e82793efa353ad425bcff24b749f40f1ac5d0b23f58f4e0e806068b3c494e5b9b53e387892c914"
+    "7fd0deb54b9d2301ca49710abaa4133e160b77514e7a9c6b6dbc476ff710f39eece6db61a1b2be6997f8fdc0f8eb1641"
+    "8ec939011ff93ac84b95e43e45a1075d"
+    , 16)
+
+
+def square_chain(item: tuple[Any, int, int]) -> tuple[Any, int]:
+    """Lesson 1's GIL-bound work whose result proves it was done: ``item`` is ``(x, base, squarings)``;
+    squares ``base`` modulo :data:`MODULUS`, ``squarings`` times one after the other, and returns
+    ``(x, base ** (2 ** squarings) % MODULUS)``.
+
+    This is Rivest, Shamir and Wagner's time-lock puzzle ("Time-lock puzzles and timed-release crypto",
+    MIT/LCS/TR-684, 1996): each squaring needs the one before, so the chain cannot be split across cores,
+    and without the factors ``p, q`` of the modulus nobody knows a faster way to its end. Whoever holds
+    them (here the grader) checks a result with two short modular powers instead:
+    ``pow(base, pow(2, squarings, phi), MODULUS)`` with ``phi = (p - 1) * (q - 1)`` (Euler's theorem).
+    So a returned value shows that the work was done, and the CPU time of whichever process ran this
+    function grows by it: a parallel map cannot skip it or do it elsewhere unseen.
+    """
+    value, base, squarings = item
+    result = base
+    for _ in range(squarings):
+        result = result * result % MODULUS
+    return value, result
 
 
 # --- runners -----------------------------------------------------------------------------
