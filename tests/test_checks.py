@@ -302,19 +302,19 @@ def test_lesson01_trapdoor_gives_each_square_chain_and_the_judge_wants_the_work_
     assert "ran fn in this process" in hidden.judge_cpu_time(done, drawn, {"worker_cpu_s": work})
 
 
-def test_supervisor_sets_seen_itself_and_ignores_a_seen_the_worker_sends():
-    """A "worker" (a forked child) that answers each observer with a ``seen`` of its own, in its record
-    and beside it: what the grader reads is the supervisor's reading of the child's CPU time."""
+def _observe_with_a_fake_worker(answers):
+    """``Supervisor.observe`` against a forked child that, per observer, spins ``spin`` s of CPU and answers
+    ``claim`` as its data and as a ``seen`` of its own (in its record and beside it); what was emitted."""
     from autograders.worker import supervisor
     from autograders.worker.forking import Channel
 
     up_r, up_w = os.pipe()
     down_r, down_w = os.pipe()
     pid = os.fork()
-    if pid == 0:  # the worker: spins 0.4 s claiming none, then idles claiming 99 s
+    if pid == 0:
         try:
             up, down = Channel(write=up_w), Channel(read=down_r)
-            for spin, claim in ((0.4, 0.0), (0.0, 99.0)):
+            for spin, claim in answers:
                 ask = down.receive()
                 end = time.thread_time() + spin
                 while time.thread_time() < end:
@@ -331,15 +331,33 @@ def test_supervisor_sets_seen_itself_and_ignores_a_seen_the_worker_sends():
     sup.worker = {"pid": pid, "up": Channel(read=up_r), "down": Channel(write=down_w)}
     sup.emit, sup.zygote, sup.pending, sup.flagged, sup.observe_seconds, sup.restarts = emitted.append, None, {}, set(), 30, 0
     try:
-        assert sup.observe([{"case": c, "source": "", "function": "f"} for c in ("spins", "idles")])
+        assert sup.observe([{"case": f"c{i}", "source": "", "function": "f"} for i in range(len(answers))])
     finally:
         os.waitpid(pid, 0)
         os.close(up_r)
         os.close(down_w)
-    spins, idles = emitted
+    return emitted
+
+
+def test_supervisor_sets_seen_itself_and_ignores_a_seen_the_worker_sends():
+    """The worker spins 0.4 s claiming none, then idles claiming 99 s: what the grader reads is the
+    supervisor's reading of the child's CPU time."""
+    spins, idles = _observe_with_a_fake_worker([(0.4, 0.0), (0.0, 99.0)])
     assert spins["data"] == 0.0 and spins["seen"]["worker_cpu_s"] >= 0.35, spins
     assert idles["data"] == 99.0 and idles["seen"]["worker_cpu_s"] < 0.2, idles
     assert set(spins) == set(idles) == {"type", "case", "ok", "data", "seen"}
+
+
+def test_supervisor_flags_once_when_it_cannot_read_the_workers_cpu_time(monkeypatch):
+    """No reading: ``seen`` is None (a case judged on it fails) and a person is told why, once per run."""
+    from autograders.worker import supervisor
+
+    monkeypatch.setattr(supervisor, "cpu_seconds", lambda pid: None)
+    emitted = _observe_with_a_fake_worker([(0.0, 1.0), (0.0, 99.0)])
+    observations = [e for e in emitted if e["type"] == "observation"]
+    flags = [e for e in emitted if e["type"] == "flag"]
+    assert [o["seen"] for o in observations] == [None, None] and [o["data"] for o in observations] == [1.0, 99.0]
+    assert len(flags) == 1 and "could not be read from /proc" in flags[0]["reason"] and "forgery" not in flags[0]
 
 
 def test_runner_closes_the_checks_to_cells_and_undoes_patches_before_observers():

@@ -86,7 +86,7 @@ class Supervisor:
         self.launches = self._launches()
         self.zygote = clean_copy.channel()  # None once the copy is gone
         self.pending: dict[str, int | None] = {}  # launches asked of the copy and not yet ended: id -> launcher pid
-        self.flagged: set[str] = set()  # the audit notes already flagged
+        self.flagged: set[str] = set()  # the audit notes already flagged, and "unseen" (``observe``)
 
     def _launches(self) -> dict[str, tuple[str, int]]:
         """The multi-process launches the checks may ask for: each script exercise's answer, as submitted,
@@ -287,6 +287,10 @@ class Supervisor:
                 record = {"ok": False, "error": f"ran longer than {self.observe_seconds:.0f} s and did not stop when interrupted"}
             # what was seen from here, never what the worker said: set after its record is cleaned
             seen = None if before is None or after is None else {"worker_cpu_s": round(after - before, 3)}
+            if seen is None and "unseen" not in self.flagged:  # a case judged on it cannot pass: say why, once
+                self.flagged.add("unseen")
+                self.flag(f"the worker's CPU time could not be read from /proc/{worker}/stat: cases judged on "
+                          "what the grader sees from outside the worker fail, and a person should look")
             self.emit({"type": "observation", "case": observer["case"], **_clean(record), "seen": seen})
             if problems:
                 self.flag("the checks after this one could not be run: the process was not quiet after a check ("
