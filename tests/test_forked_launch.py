@@ -240,3 +240,58 @@ def test_fork_safe_says_why_forking_is_unsafe():
     assert done.returncode == 0, done.stderr
     alone, threaded = done.stdout.splitlines()
     assert alone == "None" and threaded.startswith("2 threads"), done.stdout
+
+
+REBASE = """
+import json, multiprocessing.process as mp
+from autograders.worker import rank, trust
+trust.import_course()
+mp._children = {"the launcher's child"}
+guard = rank.Protection(rank.base())  # the copy's snapshot, taken once; the launcher's gate, closed
+taken = guard.taken
+mp._children = set()                # what multiprocessing does for itself in a forked rank
+import sys
+fresh = "wave" not in sys.modules
+import wave                         # a module the launcher imported since
+read_again = taken.rebase(closed=guard.gate.modules)
+unchanged_after_rebase = taken.restore()
+json.dumps = lambda *a, **k: "forged"   # then the student's source
+mp._children = {"forged"}
+undone = taken.restore()
+print(json.dumps({"read_again": read_again, "unchanged_after_rebase": unchanged_after_rebase, "undone": undone,
+                  "dumps": json.dumps({"a": 1}), "children_empty": mp._children == set(),
+                  "fresh": fresh, "wave_held": "wave" in taken.entries}))
+"""
+
+
+def test_a_rebased_snapshot_keeps_what_the_graders_code_changed_and_undoes_the_students():
+    """The ranks of a launch bring the copy's snapshot up to date (``Snapshot.rebase``) instead of each
+    taking a new one: what the grader's own code changed before the student's source (multiprocessing's
+    state of a forked child, modules the launcher imported) is the state to restore, so a rank never
+    gets its parent's children back (it would fail at exit: "can only join a child process"), and what
+    the source changes afterwards is undone as before."""
+    done = subprocess.run([sys.executable, "-c", REBASE], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)})
+    assert done.returncode == 0, done.stderr[-3000:]
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    assert seen["fresh"] and seen["wave_held"] and seen["read_again"] >= 2, seen  # multiprocessing.process and wave
+    assert seen["unchanged_after_rebase"] == 0, seen
+    assert seen["undone"] >= 2 and seen["dumps"] == '{"a": 1}' and seen["children_empty"], seen
+
+
+def test_the_rendezvous_names_its_events_as_inspect_would():
+    """The launcher's ``dynamic_rendezvous.get_method_name`` (read from the frame, not ``inspect.stack()``,
+    which looks up every frame's module among all loaded ones) gives torch's own answer."""
+    from torch.distributed.elastic.rendezvous import dynamic_rendezvous
+
+    from autograders.worker import zygote
+
+    def caller():
+        return named()
+
+    def named():
+        return zygote._method_name(), dynamic_rendezvous.get_method_name(), zygote._method_name(1)
+
+    ours, torchs, one_up = caller()
+    assert ours == torchs == "caller" and one_up == "named"
+    assert zygote._method_name(10_000) == "no_method_name"

@@ -3,6 +3,8 @@ against the grader's references (autograders/checks/lesson17_fsdp2_in_practice.p
 
 from __future__ import annotations
 
+import json
+
 import matplotlib
 
 matplotlib.use("Agg")
@@ -74,6 +76,52 @@ def test_collective_log_restores_torch_distributed():
     with H.CollectiveLog().active():
         assert dist.all_gather_single is not before
     assert dist.all_gather_single is before
+
+
+OLD_AND_NEW_NAMES = """
+import json, os, warnings
+import torch, torch.distributed as dist
+from gpucourse import fsdp2_in_practice as H
+warnings.simplefilter("ignore")
+os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=os.environ["PORT"])
+dist.init_process_group("gloo", rank=0, world_size=1)
+x, out = torch.ones(4), torch.empty(4)
+seen = {}
+with H.CollectiveLog().active() as log:
+    dist.all_gather_single(out, x)
+    dist.all_gather_into_tensor(out, x)  # the old name: on this torch a deprecated wrapper of the new one
+    dist.reduce_scatter_tensor(out, x)
+seen["both"] = [c["kind"] for c in log.calls]
+new = dist.all_gather_single
+del dist.all_gather_single, dist.reduce_scatter_single  # a torch before 2.13 has only the old names
+with H.CollectiveLog().active() as log:
+    dist.all_gather_into_tensor(out, x)
+seen["old_only"] = [c["kind"] for c in log.calls]
+seen["names_back"] = not hasattr(dist, "all_gather_single")
+dist.all_gather_single = new
+dist.destroy_process_group()
+print(json.dumps(seen))
+"""
+
+
+def test_collective_log_counts_each_call_once_under_the_old_and_the_new_names():
+    """FSDP2 calls ``all_gather_single``/``reduce_scatter_single`` from torch 2.13 on and
+    ``all_gather_into_tensor``/``reduce_scatter_tensor`` before (the edition runs on torch 2.10): every
+    name is logged, and an old name forwarding to the new one counts once."""
+    import os
+    import socket
+    import subprocess
+    import sys
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    done = subprocess.run([sys.executable, "-c", OLD_AND_NEW_NAMES], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PORT": str(port)})
+    assert done.returncode == 0, done.stderr[-2000:]
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    assert seen["both"] == ["all_gather", "all_gather", "reduce_scatter"], seen
+    assert seen["old_only"] == ["all_gather"] and seen["names_back"], seen
 
 
 def test_storage_bytes_counts_each_storage_once_and_meta_as_nothing():

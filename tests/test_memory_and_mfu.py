@@ -83,3 +83,20 @@ def test_draw_recompute_labels_its_axes_with_units():
     left, right = fig.axes
     assert "MiB" in left.get_ylabel() and "ms" in right.get_ylabel()
     assert "test CPU" in fig._suptitle.get_text()
+
+
+@pytest.mark.parametrize("takes_it", [True, False])
+def test_recomputation_runs_whether_or_not_checkpoint_takes_respect_saved_tensors_hooks(monkeypatch, takes_it):
+    """torch 2.14.1's checkpoint() has ``respect_saved_tensors_hooks`` and 2.10's has not (the edition runs
+    there too: an unknown keyword would reach the layer's own function): the layer passes it only where it
+    exists, and full and selective recomputation give the same gradients either way."""
+    monkeypatch.setattr(MM, "_CHECKPOINT_RESPECTS_HOOKS", takes_it and MM._checkpoint_takes("respect_saved_tensors_hooks"))
+    grads = {}
+    for recompute in ("none", "full", "policy"):
+        torch.manual_seed(0)
+        layer = MM.TransformerLayer(32, 4, dropout=0.0, max_seq=16, recompute=recompute).train()
+        x = torch.randn(2, 8, 32, requires_grad=True)
+        layer(x).sum().backward()
+        grads[recompute] = x.grad
+    assert torch.allclose(grads["full"], grads["none"], atol=1e-6)
+    assert torch.allclose(grads["policy"], grads["none"], atol=1e-6)

@@ -76,3 +76,30 @@ def test_a_thread_running_the_cells_code_gets_a_second_run_then_a_flag_for_a_per
     assert cells[0]["error"] is None
     assert len(flags) == 1 and "not quiet after the cells, twice" in reasons[0] and "a person should look" in reasons[0]
     assert not flags[0].get("forgery")
+
+
+def test_what_a_graded_ranks_script_does_that_only_tampering_needs_is_flagged_with_its_line(monkeypatch):
+    """A multi-process exercise runs as a script in forked ranks: their audit hook notes what the script
+    does there (a payload decoded and run when a rank imports it), the copy passes the notes on beside the
+    reports, and the supervisor flags each once, naming the script, the rank and the line; nothing is zeroed.
+    One torch thread, as in the sandbox: the supervisor forks the copy only while it has one thread."""
+    import inspect
+
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    from gpucourse.checks import lesson01
+
+    script = ("import base64\nimport torch\nimport torch.distributed as dist\n"
+              "exec(base64.b64decode(b'eD0x').decode())\n"
+              "def shard_indices(n, rank, world_size):\n    return list(range(rank, n, world_size))\n"
+              "def average_across_ranks(tensor):\n    total = tensor.clone()\n"
+              "    dist.all_reduce(total)\n    return total / dist.get_world_size()\n")
+    observer = {"case": "c1", "source": inspect.getsource(lesson01.observe_ranks), "function": "observe_ranks"}
+    records = _run_runner({"cells": [{"source": script, "grade_id": "average_across_ranks"}],
+                           "observers": [observer], "cell_seconds": 60, "observe_seconds": 90})
+    reasons = [r["reason"] for r in records if r["type"] == "flag"]
+    for rank in (0, 1):
+        assert any(f"the script on rank {rank}, line 4: compiles a string at run time" in r for r in reasons), reasons
+    assert not any(r.get("forgery") for r in records if r["type"] == "flag")
+    observation = next(r for r in records if r["type"] == "observation")
+    assert observation["ok"] and observation["data"]["returncode"] == 0, observation
+    assert sorted(observation["data"]["ranks"]) == ["0", "1"]

@@ -12,7 +12,7 @@ and line, each event that an honest answer has no need of when the cell's own co
 - calling C through ``ctypes`` (from raw memory writes to ``prctl``);
 - registering an at-fork hook (``os.register_at_fork``: watched by a wrapper, it has no audit event).
 
-"The cell's own code" is the innermost frame, past the machinery that raises the event for it
+"The cell's own code" (or a graded rank's script, ``watch``) is the innermost frame, past the machinery that raises the event for it
 (``ctypes``, ``inspect``): a library that compiles code (``dataclasses``, ``torch.compile``) or walks
 frames (``logging``) is not the cell. The notes are flags for a person (``tampering``), never a score:
 points come from outputs the grader checks against its own references on inputs it draws after the
@@ -40,14 +40,20 @@ LIMIT = 20  # notes kept per process
 
 def _make_guard():
     found: list[str] = []
+    scripts: dict[str, str] = {}  # a graded script's file -> how a note names it (``watch``)
     busy = [False]
     getframe, refuse = sys._getframe, PermissionError
 
     def origin(frame):
         while frame is not None and any(part in frame.f_code.co_filename for part in MACHINERY):
             frame = frame.f_back
-        if frame is not None and frame.f_code.co_filename.startswith("<cell "):
-            return f"{frame.f_code.co_filename[1:-1]}, line {frame.f_lineno}"
+        if frame is None:
+            return None
+        name = frame.f_code.co_filename
+        if name.startswith("<cell "):
+            return f"{name[1:-1]}, line {frame.f_lineno}"
+        if name in scripts:
+            return f"{scripts[name]}, line {frame.f_lineno}"
         return None
 
     def guard(event, args):
@@ -69,10 +75,10 @@ def _make_guard():
         finally:
             busy[0] = False
 
-    return guard, found
+    return guard, found, scripts
 
 
-_GUARD, _FOUND = _make_guard()
+_GUARD, _FOUND, _SCRIPTS = _make_guard()
 
 
 def install() -> None:
@@ -91,6 +97,12 @@ def install() -> None:
     import posix
 
     posix.register_at_fork = register_at_fork
+
+
+def watch(filename: str, label: str) -> None:
+    """Note what the code of ``filename`` does too, named ``label`` (a graded rank's script: the
+    cells' code is recognised by its ``<cell N>`` file name)."""
+    _SCRIPTS[filename] = label
 
 
 def findings() -> list[str]:

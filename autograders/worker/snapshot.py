@@ -64,9 +64,19 @@ class Snapshot:
 
     def __init__(self, closed: dict | None = None):
         """``closed``: modules taken out of ``sys.modules`` (by the Gate) whose contents are held too."""
-        self.entries = {name: m for name, m in sys.modules.items() if in_scope(name)}
-        self.modules, self.classes, functions, seen = [], [], {}, set()
-        for name, module in {**self.entries, **(closed or {})}.items():
+        self.entries: dict = {}
+        self.modules, self.classes, self._functions, self._seen = [], [], {}, set()
+        self.closed_names = list(closed or ())
+        self._hold({name: m for name, m in sys.modules.items() if in_scope(name)}, closed or {})
+        self.environ = dict(os.environ)
+        self.cwd = _cwd()
+
+    def _hold(self, entries: dict, closed: dict | None = None) -> None:
+        """Hold ``entries`` (names of ``sys.modules`` in scope) and the modules of ``closed``, then
+        derive the lists that ``restore`` compares."""
+        self.entries.update(entries)
+        seen, functions = self._seen, self._functions
+        for name, module in {**entries, **(closed or {})}.items():
             if not isinstance(module, types.ModuleType) or id(module) in seen:
                 continue
             seen.add(id(module))
@@ -100,11 +110,33 @@ class Snapshot:
         # too. Private ones are caches the checks fill while they run (ddp._LAUNCHED: one launch per script).
         self.contents = [(value, type(value)(value)) for module, *_ in self.modules if module.__name__.startswith(OWN)
                          for key, value in vars(module).items() if type(value) in (list, dict, set) and not key.startswith("_")]
-        self.closed_names = list(closed or ())
         self.path, self.meta_path, self.path_hooks = list(sys.path), list(sys.meta_path), list(sys.path_hooks)
         self.importer_cache = dict(sys.path_importer_cache)
-        self.environ = dict(os.environ)
-        self.cwd = _cwd()
+
+    def rebase(self, closed: dict | None = None) -> int:
+        """Take what trusted code changed since the snapshot as the state to restore, reading again
+        only what changed: in a rank forked after its launcher took the snapshot, multiprocessing has
+        reset its own state for the child (``process._children``, ``_current_process``) and the
+        launcher imported more modules. Only for code of the grader's, before any student code runs
+        in this process. ``closed``: the modules a Gate closed since (held too, and taken out of
+        ``sys.modules`` again by ``restore``). How many modules and classes were read again."""
+        same = operator.is_
+        changed = 0
+        for i, (module, kind, _, values) in enumerate(self.modules):
+            current = vars(module)
+            if type(module) is not kind or len(current) != len(values) or not all(map(same, current.values(), values)):
+                self.modules[i] = (module, type(module), tuple(current.items()), tuple(current.values()))
+                changed += 1
+        for i, (cls, _, values) in enumerate(self.classes):
+            current = vars(cls)
+            if len(current) != len(values) or not all(map(same, current.values(), values)):
+                self.classes[i] = (cls, tuple(current.items()), tuple(current.values()))
+                changed += 1
+        added = {name: m for name, m in sys.modules.items() if in_scope(name) and self.entries.get(name, _MISSING) is not m}
+        if closed is not None:
+            self.closed_names = list(closed)
+        self._hold(added, closed)
+        return changed + len(added)
 
     def _unchanged(self) -> bool:
         same, values = operator.is_, operator.methodcaller("values")

@@ -193,6 +193,13 @@ class Supervisor:
                 self.flagged.add(reason)
                 self.flag(reason)
 
+    def _rank_tampering(self, notes) -> None:
+        """What the audit hook of a graded launch's ranks saw their script do (the copy collects it
+        beside the reports): flagged as the cells' notes are, once each."""
+        if isinstance(notes, dict):
+            self._tampering({"tampering": [note for rank in sorted(notes) for note in notes[rank]
+                                           if isinstance(notes[rank], list)]})
+
     def _until_ready(self, index: int) -> int | None:
         """Start a worker that runs the cells from ``index`` on (those before again, silently); the
         next cell whose record is due once it is ready, or None when the run cannot go on. A worker
@@ -319,6 +326,7 @@ class Supervisor:
                 else:
                     self.worker["down"].send({**message, "type": "launched"})
                     if "status" in message:
+                        self._rank_tampering(message.get("tampering"))
                         pending.pop(message.get("id"), None)
                     elif "pid" in message:
                         pending[message.get("id")] = message["pid"]

@@ -11,7 +11,8 @@ course's public packages and no student code has run. For each launch that copy 
 which runs torchrun's own machinery (``torch.distributed.launcher.api.elastic_launch``: the same
 rendezvous, environment variables, agent and exit codes as ``torchrun --standalone``) with
 ``start_method="fork"``, so every rank is a copy of that clean process too: under a second where
-starting them took seconds.
+starting them took seconds. The copy imports that machinery and takes the snapshot the ranks start
+from (``rank.base``) once, while the cells run in the worker; each rank only brings it up to date.
 
 The copy lives in the runner's sandbox (same user, limits, namespaces and process group); it holds
 no results channel, and while grading only the runner's supervisor holds its pipes: the worker that
@@ -120,7 +121,12 @@ def request(message: dict) -> None:
 
 def serve(incoming: Channel, outgoing: Channel) -> None:
     """The copy: one launch at a time, answering its launcher's pid, then its exit status and the
-    ranks' reports, each with the request's id."""
+    ranks' reports, each with the request's id. First it imports torchrun's machinery (0.4 s that
+    each launcher would spend again) and takes the snapshot its launches start from."""
+    import torch.distributed.elastic.rendezvous.c10d_rendezvous_backend  # noqa: F401  (the launchers' rendezvous)
+    import torch.distributed.launcher.api  # noqa: F401
+
+    _BASE[:] = [rank.base()]
     while True:
         try:
             request_ = incoming.receive()
@@ -138,13 +144,14 @@ def serve(incoming: Channel, outgoing: Channel) -> None:
         for _, write_end in reports:
             os.close(write_end)
         outgoing.send({"id": request_["id"], "pid": pid})
-        status, found = _collect(pid, [Channel(read=r) for r, _ in reports])
-        outgoing.send({"id": request_["id"], "status": status, "reports": found})
+        status, found, notes = _collect(pid, [Channel(read=r) for r, _ in reports])
+        outgoing.send({"id": request_["id"], "status": status, "reports": found, "tampering": notes})
 
 
-def _collect(pid: int, pipes: list[Channel]) -> tuple[int, dict]:
-    """Wait for the launcher ``pid`` while reading each rank's pipe: its exit status and every
-    rank's one report (a rank that wrote two, or no JSON, reads as ``{"unreadable": True}``)."""
+def _collect(pid: int, pipes: list[Channel]) -> tuple[int, dict, dict]:
+    """Wait for the launcher ``pid`` while reading each rank's pipe: its exit status, every
+    rank's one report (a rank that wrote two, or anything but what ``rank.main`` sends, reads as
+    ``{"unreadable": True}``) and, by rank, what its audit hook noted the script do."""
     status, open_ = None, list(pipes)
     while status is None or open_:
         if status is None:
@@ -163,20 +170,40 @@ def _collect(pid: int, pipes: list[Channel]) -> tuple[int, dict]:
                     open_.remove(channel)
             except ValueError:
                 open_.remove(channel)
-    found = {}
+    found, notes = {}, {}
     for number, channel in enumerate(pipes):
         os.close(channel.read_fd)
         lines = [line for line in bytes(channel.buffer).split(b"\n") if line.strip()]
         if not lines:
             continue
+        if len(lines) > 1:
+            found[str(number)] = {"unreadable": True, "reports": len(lines)}
+            continue
         try:
-            found[str(number)] = json.loads(lines[0]) if len(lines) == 1 else {"unreadable": True, "reports": len(lines)}
+            sent = json.loads(lines[0])
         except ValueError:
+            sent = None
+        if not (isinstance(sent, dict) and set(sent) == {"report", "tampering"}):
             found[str(number)] = {"unreadable": True}
-    return status, found
+            continue
+        found[str(number)] = sent["report"]
+        if isinstance(sent["tampering"], list) and sent["tampering"]:
+            notes[str(number)] = [str(note)[:300] for note in sent["tampering"][:20]]
+    return status, found, notes
 
 
 _REPORT_FDS: list[int] = []  # in a launcher: each rank's report pipe, by rank
+_PREPARED: list[tuple] = []  # in a launcher: rank.prepare()'s driver, inputs and protection, for every rank
+_BASE: list = []  # in the copy: rank.base(), the snapshot each launch's ranks bring up to date
+
+
+def _method_name(depth: int = 2) -> str:
+    """``dynamic_rendezvous.get_method_name``'s answer, the name of the function ``depth`` frames up
+    (``inspect.stack()[depth].function``), read from the frame alone."""
+    try:
+        return sys._getframe(depth).f_code.co_name
+    except ValueError:  # fewer frames than that
+        return "no_method_name"
 
 
 def _rank(target: list[str]) -> None:
@@ -188,7 +215,7 @@ def _rank(target: list[str]) -> None:
             os.close(fd)
     sys.argv = [rank.__file__, *target]  # what the script sees under torchrun
     try:
-        rank.main(*target, report=mine)
+        rank.main(*target, report=mine, prepared=_PREPARED[0])
     except BaseException:  # the traceback a started rank would print (torchrun shows the rank's stderr)
         traceback.print_exc()
         sys.stderr.flush()
@@ -198,8 +225,13 @@ def _rank(target: list[str]) -> None:
 def _launcher(request: dict, report_fds: list[int]) -> int:
     """``torchrun --standalone --nproc-per-node=N -m autograders.worker.rank ...``, forking its ranks."""
     from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs
+    from torch.distributed.elastic.rendezvous import dynamic_rendezvous
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
+    # The rendezvous names each of its events with inspect.stack(), which looks up the module of every
+    # frame among all loaded ones (CPython issue 92041): 0.6 s of a launch where Lightning is loaded.
+    # The same name from the frame itself; nothing else of the launch changes.
+    dynamic_rendezvous.get_method_name = _method_name
     os.chdir(request["cwd"])
     if request.get("source") is not None:  # what the supervisor checked is what runs
         with open(request["target"][0], "w") as student:
@@ -210,6 +242,7 @@ def _launcher(request: dict, report_fds: list[int]) -> int:
     os.close(log)
     os.environ.update({"OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"})
     _REPORT_FDS[:] = report_fds
+    _PREPARED[:] = [rank.prepare(request["target"][2], request["target"][1], _BASE[0] if _BASE else None)]  # the ranks inherit it
     # the agent's log folder (ranks' error files) beside launch.log, not a new one in /tmp per launch
     logs = DefaultLogsSpecs(log_dir=os.path.join(request["cwd"], "torchelastic"))
     config = LaunchConfig(min_nodes=1, max_nodes=1, nproc_per_node=request["nproc"], run_id=str(uuid.uuid4()),

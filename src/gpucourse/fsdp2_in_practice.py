@@ -28,6 +28,7 @@ import argparse
 import json
 import os
 import sys
+import threading
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -88,9 +89,14 @@ class CollectiveLog:
 
     FSDP2 calls ``torch.distributed.all_gather_single``, ``reduce_scatter_single`` and ``all_reduce``
     through the module (``torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py``), so wrapping those
-    three names sees each call, whatever the backend; the profiler's trace sees them too (``prefetch``)."""
+    three names sees each call, whatever the backend; the profiler's trace sees them too (``prefetch``).
+    Before torch 2.13 the first two were ``all_gather_into_tensor`` and ``reduce_scatter_tensor`` (still
+    there, deprecated): every name this torch has is wrapped, and a call made inside another logged one
+    (an old name forwarding to the new) is counted once."""
 
-    NAMES = {"all_gather_single": "all_gather", "reduce_scatter_single": "reduce_scatter", "all_reduce": "all_reduce"}
+    NAMES = {"all_gather_single": "all_gather", "all_gather_into_tensor": "all_gather",
+             "reduce_scatter_single": "reduce_scatter", "reduce_scatter_tensor": "reduce_scatter",
+             "all_reduce": "all_reduce"}
 
     def __init__(self):
         self.calls: list[dict] = []
@@ -99,18 +105,25 @@ class CollectiveLog:
     def active(self):
         import torch.distributed as dist
 
-        saved = {name: getattr(dist, name) for name in self.NAMES}
+        saved = {name: getattr(dist, name) for name in self.NAMES if hasattr(dist, name)}
+        inside = threading.local()
 
         def wrap(name, original):
             def logged(*args, **kwargs):
+                if getattr(inside, "call", False):  # an old name forwarding to the new one: counted already
+                    return original(*args, **kwargs)
                 tensors = [a for a in args if torch.is_tensor(a)] + [v for k, v in kwargs.items() if torch.is_tensor(v)]
                 group = kwargs.get("group")
                 ranks = dist.get_process_group_ranks(group) if group is not None else list(range(dist.get_world_size()))
-                out, inp = (tensors[0], tensors[-1])  # (output, input) for the two *_single calls; all_reduce: one tensor
+                out, inp = (tensors[0], tensors[-1])  # (output, input) for the all-gathers and reduce-scatters; all_reduce: one tensor
                 self.calls.append({"kind": self.NAMES[name], "dtype": str(inp.dtype).replace("torch.", ""),
                                    "numel_in": inp.numel(), "numel_out": out.numel(),
                                    "element_bytes": inp.element_size(), "group": ranks})
-                return original(*args, **kwargs)
+                inside.call = True
+                try:
+                    return original(*args, **kwargs)
+                finally:
+                    inside.call = False
             return logged
 
         for name, original in saved.items():

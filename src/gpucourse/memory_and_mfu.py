@@ -56,6 +56,20 @@ def _save_matmuls(ctx, op, *args, **kwargs):
     return CheckpointPolicy.MUST_SAVE if op in matmuls else CheckpointPolicy.PREFER_RECOMPUTE
 
 
+
+def _checkpoint_takes(name: str) -> bool:
+    import inspect
+
+    from torch.utils.checkpoint import checkpoint
+
+    return name in inspect.signature(checkpoint).parameters
+
+
+# Whether checkpoint() can route the tensors a selective-checkpoint policy keeps through saved_tensors_hooks
+# (pytorch/pytorch#190581, July 2026: torch 2.14.1 has it, 2.10 does not; there those tensors bypass the hooks).
+_CHECKPOINT_RESPECTS_HOOKS = _checkpoint_takes("respect_saved_tensors_hooks")
+
+
 class TransformerLayer(nn.Module):
     """One pre-LayerNorm GPT layer of width ``hidden`` with ``heads`` heads (Megatron's layout: a fused
     QKV projection, an MLP of 4 x hidden with GeLU, dropout after attention's softmax and after each of
@@ -106,7 +120,9 @@ class TransformerLayer(nn.Module):
             context = {}
             if self.recompute == "policy":
                 context["context_fn"] = functools.partial(create_selective_checkpoint_contexts, _save_matmuls)
-            return checkpoint(self._layer, x, use_reentrant=False, respect_saved_tensors_hooks=True, **context)
+            if _CHECKPOINT_RESPECTS_HOOKS:  # new (pytorch/pytorch#190581): 2.14.1 has it, 2.10 would pass it to _layer
+                context["respect_saved_tensors_hooks"] = True
+            return checkpoint(self._layer, x, use_reentrant=False, **context)
         return self._layer(x)
 
 
