@@ -142,8 +142,8 @@ def draw_measure_median(odd):
         """Per-call times in an order drawn here: a few short, the median, as many long ones (so that a
         mean, a trimmed mean or a minimum is far from the median); warmup drawn from 0 to 2. The gaps
         leave an honest median at least 25 ms under the upper bound (a busy machine's late wake-ups add
-        to every call: 8.6 ms were all the shorter long calls of before left, and a loaded run used them
-        up), a mean 25 ms above it and a minimum 13 ms under the lower one (worst of 80,000 draws)."""
+        to every call; long calls of 0.16-0.24 s left as little as 8.6 ms, which a loaded run used up),
+        a mean 25 ms above it and a minimum 13 ms under the lower one (worst of 80,000 sampled draws)."""
         plans = []
         for n in ([5, 7] if odd else [6, 4]):
             half = (n - 1) // 2 if odd else n // 2 - 1

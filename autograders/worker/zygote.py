@@ -125,7 +125,12 @@ def serve(incoming: Channel, outgoing: Channel) -> None:
     each launcher would spend again) and takes the snapshot its launches start from."""
     import torch.distributed.elastic.rendezvous.c10d_rendezvous_backend  # noqa: F401  (the launchers' rendezvous)
     import torch.distributed.launcher.api  # noqa: F401
+    from torch.distributed.elastic.rendezvous import dynamic_rendezvous
 
+    # The rendezvous names each of its events with inspect.stack(), which looks up the module of every
+    # frame among all loaded ones (CPython issue 92041): 0.6 s of a launch where Lightning is loaded.
+    # The same name from the frame itself, set once here for every launcher; nothing else changes.
+    dynamic_rendezvous.get_method_name = _method_name
     _BASE[:] = [rank.base()]
     while True:
         try:
@@ -225,13 +230,8 @@ def _rank(target: list[str]) -> None:
 def _launcher(request: dict, report_fds: list[int]) -> int:
     """``torchrun --standalone --nproc-per-node=N -m autograders.worker.rank ...``, forking its ranks."""
     from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs
-    from torch.distributed.elastic.rendezvous import dynamic_rendezvous
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
-    # The rendezvous names each of its events with inspect.stack(), which looks up the module of every
-    # frame among all loaded ones (CPython issue 92041): 0.6 s of a launch where Lightning is loaded.
-    # The same name from the frame itself; nothing else of the launch changes.
-    dynamic_rendezvous.get_method_name = _method_name
     os.chdir(request["cwd"])
     if request.get("source") is not None:  # what the supervisor checked is what runs
         with open(request["target"][0], "w") as student:

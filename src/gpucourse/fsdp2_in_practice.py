@@ -28,7 +28,6 @@ import argparse
 import json
 import os
 import sys
-import threading
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -91,8 +90,8 @@ class CollectiveLog:
     through the module (``torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py``), so wrapping those
     three names sees each call, whatever the backend; the profiler's trace sees them too (``prefetch``).
     Before torch 2.13 the first two were ``all_gather_into_tensor`` and ``reduce_scatter_tensor`` (still
-    there, deprecated): every name this torch has is wrapped, and a call made inside another logged one
-    (an old name forwarding to the new) is counted once."""
+    there, deprecated): every name this torch has is wrapped. An old name reaches the new function inside
+    ``distributed_c10d``, not through this module's wrapped name, so each call is counted once."""
 
     NAMES = {"all_gather_single": "all_gather", "all_gather_into_tensor": "all_gather",
              "reduce_scatter_single": "reduce_scatter", "reduce_scatter_tensor": "reduce_scatter",
@@ -106,12 +105,9 @@ class CollectiveLog:
         import torch.distributed as dist
 
         saved = {name: getattr(dist, name) for name in self.NAMES if hasattr(dist, name)}
-        inside = threading.local()
 
         def wrap(name, original):
             def logged(*args, **kwargs):
-                if getattr(inside, "call", False):  # an old name forwarding to the new one: counted already
-                    return original(*args, **kwargs)
                 tensors = [a for a in args if torch.is_tensor(a)] + [v for k, v in kwargs.items() if torch.is_tensor(v)]
                 group = kwargs.get("group")
                 ranks = dist.get_process_group_ranks(group) if group is not None else list(range(dist.get_world_size()))
@@ -119,11 +115,7 @@ class CollectiveLog:
                 self.calls.append({"kind": self.NAMES[name], "dtype": str(inp.dtype).replace("torch.", ""),
                                    "numel_in": inp.numel(), "numel_out": out.numel(),
                                    "element_bytes": inp.element_size(), "group": ranks})
-                inside.call = True
-                try:
-                    return original(*args, **kwargs)
-                finally:
-                    inside.call = False
+                return original(*args, **kwargs)
             return logged
 
         for name, original in saved.items():

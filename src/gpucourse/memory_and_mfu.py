@@ -56,7 +56,6 @@ def _save_matmuls(ctx, op, *args, **kwargs):
     return CheckpointPolicy.MUST_SAVE if op in matmuls else CheckpointPolicy.PREFER_RECOMPUTE
 
 
-
 def _checkpoint_takes(name: str) -> bool:
     import inspect
 
