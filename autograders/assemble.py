@@ -19,6 +19,7 @@ import json
 import pkgutil
 import re
 import sys
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -443,12 +444,24 @@ def _forgery(tree: ast.AST, aliases: _Aliases) -> list[str]:
     return found
 
 
+# One ast.parse at a time in this process: the pool grades submissions in threads, and CPython before
+# 3.11.8 and 3.12.1 keeps the AST constructor's depth count in state that threads share, so two parses at
+# once fail with "SystemError: AST constructor recursion depth mismatch" (python/cpython#106905; seen here
+# on 3.11.7, two lesson 1 notebooks graded side by side).
+_PARSING = threading.Lock()
+
+
+def _parse(source: str) -> ast.Module:
+    with _PARSING:
+        return ast.parse(source)
+
+
 def scan(answers: dict[str, str | None], context: list[str] = ()) -> tuple[list[str], list[str]]:
     """(forgery, flags) for the answers; ``context``: the notebook's other code cells (their imports bind names)."""
     trees, parsed = [], {}
     for source in list(context) + [a for a in answers.values() if a]:
         try:
-            tree = ast.parse(source)
+            tree = _parse(source)
         except (SyntaxError, ValueError, RecursionError, MemoryError):  # it will not run either; the regexes still look
             continue
         trees.append(tree)

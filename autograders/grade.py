@@ -188,6 +188,7 @@ def autograde(work: Path, batch: Batch, results: Path, submissions: Path, jobs: 
                     _, sub = engine.run(result.nb, sub, record.STEPS)
             except Exception as error:  # a grader fault on one submission never stops the batch
                 batch.problem(student, aid, f"could not be graded: {type(error).__name__}: {error}")
+                _log_fault(results / "logs" / f"{student}__{aid}.log", error)
                 continue
             graded.append((student, aid))
             batch.seconds["sandboxed runs, summed"] = batch.seconds.get("sandboxed runs, summed", 0.0) + sub.seconds
@@ -198,6 +199,15 @@ def autograde(work: Path, batch: Batch, results: Path, submissions: Path, jobs: 
             late = f" late, -{sub.late_penalty:g}" if sub.seconds_late else ""
             progress.write(f"{student}/{aid} {score}{late}{' FLAGGED' if flags else ''}")
     return graded
+
+
+def _log_fault(log: Path, error: BaseException) -> None:
+    """The grader's traceback, at the end of the submission's log: problems.txt says what failed, this where."""
+    import traceback
+
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with log.open("a") as out:
+        out.write("--- the grader failed on this submission ---\n" + "".join(traceback.format_exception(error)))
 
 
 def engine_only(submissions: Path, jobs: int | None = None, limits: sandbox.Limits | None = None,

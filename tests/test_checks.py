@@ -197,11 +197,22 @@ def test_script_source_comes_from_the_notebook_cells_that_define_it():
     assert source == ddp.HEADER + cell  # the latest cell defining both, once, with its imports
 
 
-def _run_runner(job: dict) -> list[dict]:
-    """The runner's records up to its "done" (read until then: a process it left behind may hold the pipe open)."""
+def _run_runner(job: dict, user: int | None = None, processes: int | None = None, pid_namespace: bool = False) -> list[dict]:
+    """The runner's records up to its "done" (read until then: a process it left behind may hold the pipe open);
+    ``user`` and ``processes``: run as that user, with at most that many processes (RLIMIT_NPROC);
+    ``pid_namespace``: the supervisor is PID 1 of a PID namespace of its own, as in the sandbox."""
+    import resource
+
+    # setpriv, not os.setuid in preexec_fn: the interpreter may live where only root may look (/root/.pyenv),
+    # and setpriv finds it before the privileges go
+    drop = ["setpriv", f"--reuid={user}", f"--regid={user}", "--clear-groups"] if user is not None else []
+    if pid_namespace:
+        drop = ["unshare", "--pid", "--fork", "--mount-proc", "--kill-child", *drop]
+    limit = (lambda: resource.setrlimit(resource.RLIMIT_NPROC, (processes, processes))) if processes else None
     read_end, write_end = os.pipe()
-    proc = subprocess.Popen([sys.executable, "-m", "autograders.worker", str(write_end)], stdin=subprocess.PIPE,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, pass_fds=(write_end,))
+    proc = subprocess.Popen([*drop, sys.executable, "-m", "autograders.worker", str(write_end)], stdin=subprocess.PIPE,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, pass_fds=(write_end,), preexec_fn=limit,
+                            env={**os.environ, "MPLCONFIGDIR": "/tmp"} if user is not None else None)
     os.close(write_end)
     proc.communicate(json.dumps(job).encode(), timeout=120)
     records, buffer, deadline = [], b"", time.monotonic() + 30
@@ -261,6 +272,57 @@ def test_runner_times_out_a_stuck_cell_and_kills_what_it_left(tmp_path):
     assert records[0]["error"].startswith("CellTimeout") and "its 4 leftover processes were killed" in records[0]["error"]
     assert records[1]["error"] is None and records[1]["output"] == "4 []\n", records[1]
     assert records[-1]["type"] == "done"
+
+
+def test_after_a_fork_bomb_the_next_cell_can_start_processes():
+    """A cell forks until the process limit refuses (every fork-bomb process forking too); at its timeout
+    the worker stops them all at once (its supervisor is PID 1 of their PID namespace, as in the sandbox),
+    kills them and waits until each is dead and reaped, so the next cell (the checks, in a graded run) can
+    start a pool under the same limit. Left to fork while the worker puts modules back, 255 of them take
+    the CPU it needs for longer than the supervisor waits, which then stops it from outside instead.
+    Run as a user of its own: root ignores the limit."""
+    if os.geteuid() != 0:
+        pytest.skip("RLIMIT_NPROC binds a user that is not root, and a PID namespace needs root: the test drops to one")
+    from autograders import sandbox
+
+    bomb = "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass"
+    pool = ("import multiprocessing\nwith multiprocessing.get_context('fork').Pool(2) as pool:\n"
+            "    print(pool.map(abs, [-1, -2, -3]))")
+    records = _run_runner({"cells": [{"source": bomb, "grade_id": None}, {"source": pool, "grade_id": None}],
+                           "observers": [], "cell_seconds": 3, "observe_seconds": 5},
+                          user=sandbox.users(1)[0], processes=256, pid_namespace=True)
+    assert records[0]["error"].startswith("CellTimeout: the cell ran longer than 3 s (its "), records[0]
+    assert "leftover processes were killed)" in records[0]["error"], records[0]
+    assert records[1]["error"] is None and records[1]["output"] == "[1, 2, 3]\n", records[1]
+
+
+def test_bury_waits_while_the_killed_still_die_and_gives_up_when_none_does(monkeypatch):
+    """``runner.bury`` waits as long as fewer processes are left at each look (a fork bomb's hundreds
+    take seconds to exit on a busy machine) and returns the living ones once ``idle`` passes with none
+    fewer; each look sends the living SIGKILL again, and the spared are left alone."""
+    from autograders.worker import runner
+
+    living, signalled = set(range(1000, 1012)), []
+    clock = {"t": 0.0}
+    monkeypatch.setattr(runner.time, "monotonic", lambda: clock["t"])
+    monkeypatch.setattr(runner.time, "sleep", lambda s: clock.__setitem__("t", clock["t"] + 0.5))
+    monkeypatch.setattr(runner, "_reap", lambda: None)
+    monkeypatch.setattr(runner.launch, "signal_all", lambda pids, number: signalled.append((set(pids), number)))
+
+    def dying():  # one dies every 1.5 s of the clock (three looks): 18 s for all, beyond any fixed 5 s wait
+        return {pid for pid in living if pid - 1000 >= clock["t"] / 1.5} | {7}
+    monkeypatch.setattr(runner.launch, "descendants", lambda pid: dying())
+    assert runner.bury(lambda: {7}, idle=2.0, most=60.0) == set()
+    assert clock["t"] >= 16.5 and all(7 not in pids and number == signal.SIGKILL for pids, number in signalled)
+
+    clock["t"] = 0.0
+    monkeypatch.setattr(runner.launch, "descendants", lambda pid: {1000, 1001, 7})  # they never die
+    assert runner.bury(lambda: {7}, idle=2.0, most=60.0) == {1000, 1001}
+    assert 2.0 < clock["t"] <= 3.0
+    clock["t"] = 0.0
+    monkeypatch.setattr(runner.launch, "descendants", lambda pid: dying())  # dying, but `most` is 5 s
+    left = runner.bury(lambda: {7}, idle=100.0, most=5.0)
+    assert 5.0 < clock["t"] <= 5.5 and left == dying() - {7} and len(left) == 8
 
 
 def test_runner_sees_the_cpu_time_the_worker_spent_on_each_observer_from_outside_it():
@@ -453,6 +515,44 @@ def test_scan_calls_each_route_forgery(code):
 ])
 def test_scan_allows_what_lessons_teach(code):
     assert assemble.scan({"answer": code}) == ([], [])
+
+
+def test_scans_in_threads_at_once_never_fail():
+    """The pool grades submissions in threads, each scanned with ast.parse: on CPython before 3.11.8 two
+    parses at once fail ("SystemError: AST constructor recursion depth mismatch", python/cpython#106905)
+    whenever a collection runs Python finalizers in the middle of one, as here; ``assemble`` parses one at a time."""
+    import gc
+    import threading
+
+    answer = "\n".join(f"def f{i}(x):\n    return [y for y in range(x) if y % {i + 1}]" for i in range(300))
+    errors = []
+
+    class Cycle:
+        def __del__(self):  # Python code run by the collector, wherever a thread happens to be
+            sum(range(100))
+
+    def grade_some():
+        for _ in range(30):
+            junk = [Cycle() for _ in range(50)]
+            for item in junk:
+                item.me = item
+            del junk
+            try:
+                assert assemble.scan({"answer": answer}) == ([], [])
+            except SystemError as error:
+                errors.append(str(error))
+
+    threshold = gc.get_threshold()
+    gc.set_threshold(50)
+    try:
+        threads = [threading.Thread(target=grade_some) for _ in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    finally:
+        gc.set_threshold(*threshold)
+    assert not errors, errors[:3]
 
 
 def test_scan_follows_python_scoping_of_imported_names():

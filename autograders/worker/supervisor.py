@@ -32,7 +32,7 @@ from . import zygote as clean_copy  # (the name `zygote` is the Supervisor's cha
 from .forking import Channel, wait
 from . import audit, forking
 from .job import DEFAULTS, Job
-from .runner import _reap, _work, become_subreaper
+from .runner import _reap, _work, become_subreaper, bury
 from .trust import import_course
 
 
@@ -108,6 +108,7 @@ class Supervisor:
         down_r, down_w = os.pipe()
         sys.stdout.flush()
         sys.stderr.flush()
+        init = os.getpid() == 1  # asked here: in the worker the answer is always no
         deadline = time.monotonic() + 30
         while True:
             try:
@@ -123,7 +124,7 @@ class Supervisor:
                 os.close(up_r)
                 os.close(down_w)
                 _work(self.cells, self.cell_seconds, self.observe_seconds, start, set(self.skipped), up_w, down_r,
-                      namespace_init=os.getpid() == 1, zygote_pid=next(iter(clean_copy.pids()), None),
+                      namespace_init=init, zygote_pid=next(iter(clean_copy.pids()), None),
                       launch_settings=LAUNCH)
             except BaseException:
                 traceback.print_exc()
@@ -144,15 +145,8 @@ class Supervisor:
             os.waitpid(self.worker["pid"], 0)
         # the worker's orphans come here: kill and reap them all (a zombie still counts against the
         # process limit, and the next worker must be forked)
-        deadline = time.monotonic() + 10
-        while True:
-            _reap()
-            copy = clean_copy.pids() | set().union(*map(launch.descendants, clean_copy.pids()))
-            left = launch.descendants(os.getpid()) - copy
-            if not left or time.monotonic() > deadline:
-                break
-            launch.signal_all(left, signal.SIGKILL)
-            time.sleep(0.01)
+        copy = clean_copy.pids()
+        bury(lambda: copy | set().union(*map(launch.descendants, copy)))
         for pid in copy:  # thawed, if the freeze above stopped them
             with contextlib.suppress(OSError):
                 os.kill(pid, signal.SIGCONT)
