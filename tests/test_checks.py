@@ -189,6 +189,51 @@ def test_script_exercise_is_not_launched_while_unanswered():
     assert ddp.unanswered(answered, ["average_gradients"]) == []
 
 
+def test_first_raised_names_a_ranks_own_error_before_a_lost_peer():
+    lost = "RuntimeError: [../gloo/transport/tcp/pair.cc:561] Connection closed by peer [127.0.0.1]:1952"
+    ranks = {"0": {"runs": [{"weights": []}, {"error": lost}]},
+             "1": {"runs": [{"weights": []}, {"error": "ValueError: mine"}]},
+             "2": {"runs": [{"weights": []}]}}
+    assert ddp.first_raised(ranks, 3) == (1, "1", "ValueError: mine")
+    assert ddp.first_raised({"0": ranks["0"], "2": ranks["2"]}, 3) == (1, "0", lost)  # no rank's own: the lost peer's
+    assert ddp.first_raised({"0": {"runs": [{}, {}]}, "1": {"runs": "forged"}, "2": {}}, 2) is None
+
+
+def test_a_rank_that_raises_releases_its_peers_from_the_collective_they_wait_in(tmp_path):
+    """Rank 1's answer raises where rank 0's is inside an all-reduce: ``ddp.settle`` on rank 1 leaves the
+    group, and rank 0's all-reduce fails with gloo's lost peer, not at the collective timeout (set here to
+    600 s, beyond the launch's own 240 s); then both stop, and both still report."""
+    from gpucourse import launch
+
+    script = tmp_path / "ranks.py"
+    script.write_text(
+        "import json, sys, torch, torch.distributed as dist\n"
+        "from gpucourse.checks.ddp import leave, settle\n"
+        "from gpucourse.checks.ddp_harness import init_process_group\n"
+        "init_process_group(device='cpu')\n"
+        "rank, runs = dist.get_rank(), []\n"
+        "for run in range(3):\n"
+        "    record = {}\n"
+        "    try:\n"
+        "        if rank == 1 and run == 1:\n"
+        "            raise ValueError('only on rank 1')\n"
+        "        dist.all_reduce(torch.ones(3))\n"
+        "    except Exception as error:\n"
+        "        record['error'] = f'{type(error).__name__}: {error}'[:200]\n"
+        "    runs.append(record)\n"
+        "    if not settle('error' in record):\n"
+        "        break\n"
+        "leave()\n"
+        "open(sys.argv[1] + f'/rank{rank}.json', 'w').write(json.dumps({'runs': runs}))\n")
+    done = launch.torchrun([str(script), str(tmp_path)], nproc=2, timeout=240,
+                           env={**os.environ, "GPUCOURSE_COLLECTIVE_SECONDS": "600"})
+    assert done.returncode == 0 and not done.timed_out, done.output[-2000:]
+    ranks = {str(r): json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)}
+    assert [len(ranks[r]["runs"]) for r in "01"] == [2, 2]
+    assert any(words in ranks["0"]["runs"][1]["error"] for words in ddp.LOST_PEER), ranks
+    assert ddp.first_raised(ranks, 3) == (1, "1", "ValueError: only on rank 1")
+
+
 def test_script_source_comes_from_the_notebook_cells_that_define_it():
     cell = "import torch\n\nclass Model:\n    pass\n\ndef make_trainer(n):\n    return n\n"
     ns = {"In": ["", "x = 1", cell.replace("return n", "return 0"), cell, "check('x')"], "Model": object,

@@ -198,6 +198,49 @@ def _launch_once(source: str, world_size: int, driver: str, inputs, chosen: Laun
     return {"returncode": "timeout" if launch.timed_out else launch.returncode, "ranks": ranks, "tail": tail}, launch.output
 
 
+# What gloo says on a rank whose peer left the group while it waited in a collective (``settle``).
+LOST_PEER = ("Connection closed by peer", "Connection reset by peer")
+
+
+def settle(failed: bool) -> bool:
+    """A driver's step between two runs of the student's code on every rank: whether all ranks may go on.
+    A rank whose answer raised leaves the process group at once (``failed``): a peer may be waiting in a
+    collective this rank will never join, and gloo ends that wait within milliseconds ("Connection closed
+    by peer") instead of at the collective timeout (45 s). The other ranks meet at a barrier, which fails
+    the same way when a peer has left. Afterwards ``leave()`` ends the group wherever it is still open."""
+    import torch.distributed as dist
+
+    if not failed:
+        try:
+            dist.barrier()
+            return True
+        except Exception:  # a peer raised and left: the group is broken for every later collective
+            pass
+    leave()
+    return False
+
+
+def leave() -> None:
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def first_raised(ranks: dict, runs: int) -> tuple[int, str, str] | None:
+    """The first run, by index, in which a rank's answer raised: (run, rank, error). A rank whose peer raised
+    and left (``settle``) fails in its next collective with gloo's "Connection closed by peer": its error is
+    the one given only when no rank has one of its own."""
+    for i in range(runs):
+        raised = [(rank, str(r["runs"][i]["error"])) for rank, r in sorted(ranks.items())
+                  if isinstance(r.get("runs"), list) and i < len(r["runs"]) and isinstance(r["runs"][i], dict)
+                  and "error" in r["runs"][i]]
+        own = [(rank, error) for rank, error in raised if not any(words in error for words in LOST_PEER)]
+        if raised:
+            return (i, *(own or raised)[0])
+    return None
+
+
 def judge_script_ran(d: dict, world_size: int = WORLD_SIZE) -> str | None:
     """Judge of a launch (``run_exercise_script``'s record): every rank finished and reported, or why not."""
     if d["returncode"] == "not run":

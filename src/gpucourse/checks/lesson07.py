@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 
 from gpucourse.checks import Answer, Case, Script, register
-from gpucourse.checks.ddp import judge_script_ran
+from gpucourse.checks.ddp import first_raised, judge_script_ran
 
 ASSIGNMENT = "lesson07_ddp_scripts"  # the course folder this module's exercises belong to
 
@@ -134,6 +134,7 @@ def drive_accumulate(ns, inputs=None):
     from torch import nn
     from torch.nn.parallel import DistributedDataParallel as DDP
 
+    from gpucourse.checks.ddp import leave, settle
     from gpucourse.checks.ddp_harness import init_process_group
     from gpucourse.checks.lesson07 import ACCUM_INPUTS
     from gpucourse.ddp_scripts import regression_batch
@@ -194,8 +195,9 @@ def drive_accumulate(ns, inputs=None):
         record["own_collective_calls"] = len(own)
         record["weights"] = [float(w) for w in torch.cat([p.detach().reshape(-1) for p in model.parameters()]).cpu()]
         records.append(record)
-        dist.barrier()
-    dist.destroy_process_group()
+        if not settle("error" in record):  # a rank raised: every rank stops here, at once
+            break
+    leave()
     return {"rank": rank, "world_size": world, "runs": records}
 
 
@@ -229,6 +231,11 @@ def judge_accumulate_runs(d, runs=None, inputs=None, expected=None):
     if ran:
         return ran
     ranks = d["ranks"]
+    raised = first_raised(ranks, len(inputs["runs"]))  # before the count: every rank stops at the run where one raised
+    if raised:
+        i, rank, error = raised
+        return (f"with accum_steps={inputs['runs'][i]['accum_steps']} and {len(inputs['runs'][i]['rows'][0])} "
+                f"micro-batches, rank {rank}: train_accumulating raised {error}")
     if any(len(r["runs"]) != len(inputs["runs"]) for r in ranks.values()):
         return f"{len(ranks['0']['runs'])} of {len(inputs['runs'])} runs reported"
     for i, run in enumerate(inputs["runs"]):

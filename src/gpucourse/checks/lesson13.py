@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 
 from gpucourse.checks import Answer, Case, Script, register
-from gpucourse.checks.ddp import judge_script_ran
+from gpucourse.checks.ddp import first_raised, judge_script_ran
 
 ASSIGNMENT = "lesson13_sharded_data_parallel"  # the course folder this module's exercises belong to
 
@@ -124,6 +124,7 @@ def drive_sharded_adam(ns, inputs=None):
     import torch.distributed as dist
     from torch.nn import functional as F
 
+    from gpucourse.checks.ddp import leave, settle
     from gpucourse.checks.ddp_harness import init_process_group
     from gpucourse.checks.lesson13 import build_model, kept_tensor_bytes, rank_rows, run_settings
 
@@ -164,8 +165,9 @@ def drive_sharded_adam(ns, inputs=None):
         except Exception as error:
             record["error"] = f"{type(error).__name__}: {str(error)[:200]}"
         records.append(record)
-        dist.barrier()
-    dist.destroy_process_group()
+        if not settle("error" in record):  # a rank raised: every rank stops here, at once
+            break
+    leave()
     return {"rank": rank, "world_size": world, "runs": records}
 
 
@@ -195,14 +197,16 @@ def launch_problem(d, inputs=None, world_size=2) -> str | None:
     for rank, r in sorted(ranks.items()):
         if r.get("world_size") != world_size:
             return f"rank {rank} saw world size {r.get('world_size')}, not {world_size}"
+    raised = first_raised(ranks, len(runs))  # before the count: every rank stops at the run where one raised
+    if raised:
+        i, rank, error = raised
+        return f"{run_words(run_settings(inputs, runs[i]), world_size)}, rank {rank}: ShardedAdam raised {error}"
+    for rank, r in sorted(ranks.items()):
         if not isinstance(r.get("runs"), list) or len(r["runs"]) != len(runs):
             return f"rank {rank} reported {len(r.get('runs') or [])} runs, not {len(runs)}"
     for i, run in enumerate(runs):
         s = run_settings(inputs, run)
         where = run_words(s, world_size)
-        for rank, r in sorted(ranks.items()):
-            if "error" in r["runs"][i]:
-                return f"{where}, rank {rank}: ShardedAdam raised {r['runs'][i]['error']}"
         for step in range(s["steps"]):
             mine = [ranks[str(k)]["runs"][i]["weights"][step] if step < len(ranks[str(k)]["runs"][i]["weights"]) else None
                     for k in range(world_size)]
@@ -272,6 +276,9 @@ def judge_state(d, inputs=None, world_size=2):
     ran = judge_script_ran(d, world_size)
     if ran:
         return ran
+    raised = first_raised(d["ranks"], len(run_settings(inputs, {})["runs"]))
+    if raised:
+        return f"rank {raised[1]}: ShardedAdam raised {raised[2]}"
     for i, run in enumerate(run_settings(inputs, {})["runs"]):
         s = run_settings(inputs, run)
         budget = state_budget_bytes(s["widths"], world_size)
