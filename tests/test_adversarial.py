@@ -342,6 +342,13 @@ def _attacks(paths: dict[str, Path]) -> dict[str, dict]:
                            "max": zero, "flag": "hard exits"},
         "background_child": {"nb": unanswered(parallel_map=f"import subprocess, sys\nsubprocess.Popen([sys.executable, '-c', 'import time; time.sleep(900)', '{MARKER}'], start_new_session=True)"),
                              "max": zero},
+        # the clean copy that graded launches fork from, killed (the worker's sibling under the sandbox's PID 1):
+        # the launches start torchrun instead and score as they would, and a person is told; never forgery
+        "kills_the_launch_copy": {"nb": answered(choose_tools=_reference_answers()["choose_tools"] +
+                                                 "\nimport os, signal\nfrom gpucourse.launch import descendants\n"
+                                                 "for pid in descendants(os.getppid()) - {os.getpid()} - descendants(os.getpid()):\n"
+                                                 "    os.kill(pid, signal.SIGKILL)"),
+                                  "exact": {t: 2 for t in TESTS}, "flag": "the clean copy that graded launches fork from ended"},
         # its processes die with its cell (runner.kill_strays), and count against its own user only
         "fork_bomb": {"nb": answered(choose_tools="import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass"),
                       "max": {"test_choose_tools": 0}, "exact": {t: 2 for t in TESTS if t != "test_choose_tools"}},

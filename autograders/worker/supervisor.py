@@ -314,8 +314,10 @@ class Supervisor:
             if channel is zygote:
                 if message is None:  # the copy is gone (killed): every launch asked of it fails
                     zygote = None
-                    for request_id in pending:
-                        self.worker["down"].send({"type": "launched", "id": request_id, "error": "the forked launcher is gone"})
+                    self._copy_gone()
+                    for request_id, launcher in pending.items():  # not started yet: the worker starts torchrun instead
+                        self.worker["down"].send({"type": "launched", "id": request_id, "error": "the forked launcher is gone",
+                                                  **({"gone": True} if launcher is None else {})})
                     pending.clear()
                 else:
                     self.worker["down"].send({**message, "type": "launched"})
@@ -334,11 +336,32 @@ class Supervisor:
                 if pending:  # a launch still running: its replies would reach the next check
                     raise ProtocolError("a check ended while its launch ran")
                 return message["record"], [str(p) for p in message.get("problems", [])]
-            if kind == "launch" and self._allowed(message) and zygote is not None:
-                clean_copy.request(message)
-                pending[str(message["id"])] = None
+            if kind == "launch" and self._allowed(message):
+                if zygote is not None:
+                    clean_copy.request(message)
+                    pending[str(message["id"])] = None
+                else:  # an honest request the copy cannot serve: the worker starts torchrun instead
+                    self._copy_gone()
+                    self.worker["down"].send({"type": "launched", "id": str(message["id"]), "gone": True,
+                                              "error": "the forked launcher is gone"})
                 continue
             raise ProtocolError(f"{kind!r} out of turn")
+
+    def _copy_gone(self) -> None:
+        """Tell a person, once, that the clean copy ended and how (its launches then start torchrun: slower, and
+        their ranks without the audit hook)."""
+        if "copy gone" in self.flagged:
+            return
+        self.flagged.add("copy gone")
+        how = "its end was not seen"
+        for pid in clean_copy.pids():
+            with contextlib.suppress(ChildProcessError, OSError):
+                done, status = os.waitpid(pid, os.WNOHANG)
+                if done:
+                    code = os.waitstatus_to_exitcode(status)
+                    how = f"killed by signal {-code}" if code < 0 else f"exit code {code}"
+        self.flag(f"the clean copy that graded launches fork from ended ({how}); the script exercises' launches "
+                  "started torchrun instead: a person may look at this run")
 
     def _allowed(self, request: dict) -> bool:
         """A listed script with its own driver, on its declared number of ranks or another a hidden

@@ -256,6 +256,10 @@ def _launcher(request: dict, report_fds: list[int]) -> int:
     return 0
 
 
+class CopyGone(RuntimeError):
+    """The supervisor's answer to a launch when the copy has ended: nothing was started."""
+
+
 def _reply(request_id: str, timeout: float | None = None) -> dict | None:
     """The reply to ``request_id`` (None when ``timeout`` seconds pass first); a reply to another
     request means something else wrote to the channel."""
@@ -265,7 +269,7 @@ def _reply(request_id: str, timeout: float | None = None) -> dict | None:
     if reply.get("id") != request_id:
         raise RuntimeError("the launcher answered another request: something else wrote to its channel")
     if "error" in reply:
-        raise RuntimeError(str(reply["error"]))
+        raise (CopyGone if reply.get("gone") is True else RuntimeError)(str(reply["error"]))
     return reply
 
 
@@ -287,7 +291,10 @@ def launch(target: list[str], nproc: int, timeout: float, cwd: str, env: dict | 
         _ZYGOTE["requests"].send(message)
     else:
         request(message)
-    pid = _reply(request_id)["pid"]
+    try:
+        pid = _reply(request_id)["pid"]
+    except CopyGone:  # the copy ended before this launch (the supervisor says so): ranks from real torchrun instead
+        return rank.torchrun(target, nproc, timeout, cwd, source)
     timed_out = False
     try:
         reply = _reply(request_id, timeout)
