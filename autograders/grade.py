@@ -188,7 +188,8 @@ def autograde(work: Path, batch: Batch, results: Path, submissions: Path, jobs: 
                     _, sub = engine.run(result.nb, sub, record.STEPS)
             except Exception as error:  # a grader fault on one submission never stops the batch
                 batch.problem(student, aid, f"could not be graded: {type(error).__name__}: {error}")
-                _log_fault(results / "logs" / f"{student}__{aid}.log", error)
+                if array is None or error is not result:  # a Slurm task's fault comes back as a message: no traceback
+                    _log_fault(results / "logs" / f"{student}__{aid}.log", error)
                 continue
             graded.append((student, aid))
             batch.seconds["sandboxed runs, summed"] = batch.seconds.get("sandboxed runs, summed", 0.0) + sub.seconds
