@@ -152,12 +152,21 @@ def kill_strays(keep: set[int]) -> tuple[int, int]:
     (a zombie still counts against the user's process limit) and let ``keep``'s go on: how many were
     killed, and how many still lived when ``bury`` gave up."""
     killed = launch.kill_tree(os.getpid(), spare=keep)
-    spared = lambda: set(keep).union(*(launch.descendants(pid) for pid in keep))  # noqa: E731
-    left = bury(spared)
-    for pid in spared():  # thawed, if freeze_strays stopped them
+    left = bury(lambda: family(keep))
+    thaw(keep)
+    return killed, len(left)
+
+
+def family(pids) -> set[int]:
+    """``pids`` and every living process below them: what a kill of strays spares (the launcher copy)."""
+    return set(pids).union(*(launch.descendants(pid) for pid in pids))
+
+
+def thaw(pids) -> None:
+    """SIGCONT to ``pids`` and everything below them: what a freeze (``kill(-1, SIGSTOP)``) stopped and must go on."""
+    for pid in family(pids):
         with contextlib.suppress(OSError):
             os.kill(pid, signal.SIGCONT)
-    return killed, len(left)
 
 
 def bury(spared, idle: float = 5.0, most: float = 60.0) -> set[int]:

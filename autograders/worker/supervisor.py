@@ -32,7 +32,7 @@ from . import zygote as clean_copy  # (the name `zygote` is the Supervisor's cha
 from .forking import Channel, wait
 from . import audit, forking
 from .job import DEFAULTS, Job
-from .runner import _reap, _work, become_subreaper, bury
+from .runner import _reap, _work, become_subreaper, bury, family, thaw
 from .trust import import_course
 
 
@@ -146,10 +146,8 @@ class Supervisor:
         # the worker's orphans come here: kill and reap them all (a zombie still counts against the
         # process limit, and the next worker must be forked)
         copy = clean_copy.pids()
-        bury(lambda: copy | set().union(*map(launch.descendants, copy)))
-        for pid in copy:  # thawed, if the freeze above stopped them
-            with contextlib.suppress(OSError):
-                os.kill(pid, signal.SIGCONT)
+        bury(lambda: family(copy))
+        thaw(copy)  # if the freeze above stopped it
         self._end_launches()
         for fd in (self.worker["up"].read_fd, self.worker["down"].write_fd):
             with contextlib.suppress(OSError):
