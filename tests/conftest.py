@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import tempfile
 import time
@@ -158,9 +159,28 @@ def needs_cuda(reason: str):
     return pytest.mark.skipif(not torch.cuda.is_available() and "cuda" not in required_kinds(), reason=reason)
 
 
-def execute_notebook(nb, cwd: str | os.PathLike, timeout: int, allow_errors: bool = False) -> None:
+# Run in a kernel before its first cell (``execute_notebook(record_forks=...)``): the execution count of the
+# cell running at each fork of the kernel's own process, one line each. ``os.register_at_fork`` hooks run for
+# os.fork and multiprocessing's fork (DataLoader workers, Lightning's ddp_notebook); subprocess's fork and
+# exec (torchrun, a fresh Python) runs none, and its child starts afresh, without its parent's CUDA state.
+FORK_RECORDER = """\
+def _record_forks(log):
+    import os
+    def before():
+        with open(log, "a") as out:
+            out.write(f"{{get_ipython().execution_count}}\\n")
+    os.register_at_fork(before=before)
+_record_forks({log!r})
+del _record_forks
+"""
+
+
+def execute_notebook(nb, cwd: str | os.PathLike, timeout: int, allow_errors: bool = False,
+                     record_forks: str | os.PathLike | None = None) -> list[int]:
     """Execute ``nb`` in place in a fresh python3 kernel started in ``cwd`` (nbclient's ``execute``: a
-    failing cell raises CellExecutionError unless ``allow_errors``).
+    failing cell raises CellExecutionError unless ``allow_errors``). With ``record_forks`` (a file for the
+    kernel's log), returns the index of each cell in which the kernel's own process forked (``FORK_RECORDER``:
+    run silently, outside the notebook's history, so execution counts and outputs are as without it).
 
     The kernel talks to this process over Unix sockets in a folder of its own, not over TCP ports:
     jupyter_client picks a "free" port by binding and releasing it, and under this suite's parallel
@@ -175,11 +195,26 @@ def execute_notebook(nb, cwd: str | os.PathLike, timeout: int, allow_errors: boo
 
     sockets = tempfile.mkdtemp(prefix="gpucourse-kernel-")  # short: a Unix socket path has at most 107 bytes
     config = Config({"KernelManager": {"transport": "ipc", "ip": os.path.join(sockets, "kernel")}})
+    client = NotebookClient(nb, config=config, timeout=timeout, kernel_name="python3", allow_errors=allow_errors,
+                            resources={"metadata": {"path": str(cwd)}})
+    if record_forks is not None:
+        Path(record_forks).write_text("")
+
+        async def install_recorder(notebook):
+            reply = await client.async_wait_for_reply(client.kc.execute(
+                FORK_RECORDER.format(log=str(record_forks)), silent=True, store_history=False))
+            if reply is None or reply["content"]["status"] != "ok":
+                raise RuntimeError(f"the fork recorder did not install in the kernel: {reply}")
+
+        client.on_notebook_start = install_recorder
     try:
-        NotebookClient(nb, config=config, timeout=timeout, kernel_name="python3", allow_errors=allow_errors,
-                       resources={"metadata": {"path": str(cwd)}}).execute()
+        client.execute()
     finally:
         shutil.rmtree(sockets, ignore_errors=True)
+    if record_forks is None:
+        return []
+    counts = {int(line) for line in Path(record_forks).read_text().split()}
+    return sorted(i for i, c in enumerate(nb.cells) if c.cell_type == "code" and c.get("execution_count") in counts)
 
 
 def notebooks(folder: Path) -> list[Path]:
@@ -312,7 +347,7 @@ def _execute_once(path: Path, target: Path):
     nb = read(path)
     with tempfile.TemporaryDirectory() as workdir:
         try:
-            execute_notebook(nb, workdir, timeout=900)
+            forked = execute_notebook(nb, workdir, timeout=900, record_forks=Path(workdir) / ".forks")
         except (CellExecutionError, CellTimeoutError, DeadKernelError) as error:
             # a timeout or a dead kernel too: each later caller would otherwise run the notebook again
             index = next((i for i, c in enumerate(nb.cells) if c.cell_type == "code"
@@ -323,8 +358,21 @@ def _execute_once(path: Path, target: Path):
             note.write_text(_FAILED[path])
             raise NotebookFailed(_FAILED[path]) from None
     note.unlink(missing_ok=True)
+    _forks_note(target).write_text(json.dumps(forked))  # before the notebook: whoever reads it finds this too
     save_executed(path, nb)
     return nb
+
+
+def _forks_note(target: Path) -> Path:
+    return target.with_name(f".{target.name}.forks.json")
+
+
+def forked_cells(path: Path) -> list[int]:
+    """The cells of solution notebook ``path`` in which its kernel's own process forked, in this pytest run's
+    execution of it (``executed_solution``, which runs it if no worker has; raises NotebookFailed if it failed)."""
+    path = Path(path)
+    executed_solution(path)
+    return json.loads(_forks_note(EXECUTED / path.relative_to(SOLUTIONS)).read_text())
 
 
 def save_executed(source: Path, nb) -> Path:

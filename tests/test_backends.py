@@ -211,6 +211,7 @@ sys.exit(demo.main())
 @pytest.mark.parametrize("module, demo", [("gpucourse.sharding", ["collectives", "--numel", "10"]),
                                           ("gpucourse.comms", ["sweep", "--smallest", "4096", "--largest", "4096",
                                                                "--repeats", "1"])])
+@pytest.mark.slow  # a torchrun launch per lesson demo (about 18 s each): `make test`, not `make test-fast`
 def test_lesson_demos_run_on_gloo_with_cpu_tensors_when_gpus_are_reported(tmp_path, module, demo):
     script = tmp_path / "with_eight_gpus.py"
     script.write_text(WITH_EIGHT_GPUS.format(module=module))

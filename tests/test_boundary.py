@@ -14,6 +14,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from conftest import AUTOGRADERS, ROOT
 
 PACKAGE = ROOT / "src" / "gpucourse"
@@ -83,6 +85,7 @@ print(json.dumps({"public": public, "worker": worker}))
 """
 
 
+@pytest.mark.slow  # starts a fresh Python per side and imports torch in each (about 20 s): `make test`, not `make test-fast`
 def test_what_each_side_loads_in_a_fresh_python():
     """Every module of gpucourse loaded loads nothing of autograders; the whole worker loaded loads
     the package's face and the worker alone."""

@@ -129,6 +129,7 @@ def test_every_check_public_and_hidden_says_what_to_define():
                 assert "KeyError" not in message and "raised" not in message, (path.stem, case_id, message)
 
 
+@pytest.mark.slow  # starts sandbox workers, pools or ranks many times (10-25 s): `make test`, not `make test-fast`
 def test_the_grader_reports_a_missing_answer_in_the_same_words():
     from autograders import engine
 
@@ -199,6 +200,7 @@ def test_first_raised_names_a_ranks_own_error_before_a_lost_peer():
     assert ddp.first_raised({"0": {"runs": [{}, {}]}, "1": {"runs": "forged"}, "2": {}}, 2) is None
 
 
+@pytest.mark.slow  # starts sandbox workers, pools or ranks many times (10-25 s): `make test`, not `make test-fast`
 def test_a_rank_that_raises_releases_its_peers_from_the_collective_they_wait_in(tmp_path):
     """Rank 1's answer raises where rank 0's is inside an all-reduce: ``ddp.settle`` on rank 1 leaves the
     group, and rank 0's all-reduce fails with gloo's lost peer, not at the collective timeout (set here to
@@ -295,6 +297,7 @@ def test_runner_runs_cells_restores_modules_and_reports_json():
     assert records[-1] == {"type": "done"}
 
 
+@pytest.mark.slow  # starts sandbox workers, pools or ranks many times (10-25 s): `make test`, not `make test-fast`
 def test_runner_times_out_a_stuck_cell_and_kills_what_it_left(tmp_path):
     """The cell leaves spinning children and orphaned grandchildren, and patches os.kill: at its
     timeout every one of them is killed (runner.kill_strays; the runner is their subreaper)."""
@@ -319,6 +322,7 @@ def test_runner_times_out_a_stuck_cell_and_kills_what_it_left(tmp_path):
     assert records[-1]["type"] == "done"
 
 
+@pytest.mark.slow  # starts sandbox workers, pools or ranks many times (10-25 s): `make test`, not `make test-fast`
 def test_after_a_fork_bomb_the_next_cell_can_start_processes():
     """A cell forks until the process limit refuses (every fork-bomb process forking too); at its timeout
     the worker stops them all at once (its supervisor is PID 1 of their PID namespace, as in the sandbox),
@@ -370,6 +374,7 @@ def test_bury_waits_while_the_killed_still_die_and_gives_up_when_none_does(monke
     assert 5.0 < clock["t"] <= 5.5 and left == dying() - {7} and len(left) == 8
 
 
+@pytest.mark.slow  # starts sandbox workers, pools or ranks many times (10-25 s): `make test`, not `make test-fast`
 def test_runner_sees_the_cpu_time_the_worker_spent_on_each_observer_from_outside_it():
     """An observer that spins in the worker, and one whose spinning runs in a child process: the
     supervisor's /proc reading of the worker counts the first and not the second."""
@@ -467,6 +472,7 @@ def test_supervisor_flags_once_when_it_cannot_read_the_workers_cpu_time(monkeypa
     assert len(flags) == 1 and "could not be read from /proc" in flags[0]["reason"] and "forgery" not in flags[0]
 
 
+@pytest.mark.slow  # starts sandbox workers, pools or ranks many times (10-25 s): `make test`, not `make test-fast`
 def test_runner_closes_the_checks_to_cells_and_undoes_patches_before_observers():
     patches = ("import torch, gpucourse.xla, gpucourse.parallel\n"
                "torch.Tensor.tolist = lambda self: ['forged']\n"
@@ -562,6 +568,7 @@ def test_scan_allows_what_lessons_teach(code):
     assert assemble.scan({"answer": code}) == ([], [])
 
 
+@pytest.mark.slow  # starts sandbox workers, pools or ranks many times (10-25 s): `make test`, not `make test-fast`
 def test_scans_in_threads_at_once_never_fail():
     """The pool grades submissions in threads, each scanned with ast.parse: on CPython before 3.11.8 two
     parses at once fail ("SystemError: AST constructor recursion depth mismatch", python/cpython#106905)

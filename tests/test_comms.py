@@ -24,6 +24,7 @@ def sweep():
     return C.run("sweep", nproc=2, smallest=4096, largest=65536, repeats=2)
 
 
+@pytest.mark.slow  # two-rank torchrun launches (about 10 s each): `make test`, not `make test-fast`
 def test_a_two_rank_sweep_times_every_collective_and_size_the_same_on_every_rank(sweep):
     assert [r["rank"] for r in sweep] == [0, 1] and all(r["world_size"] == 2 for r in sweep)
     assert all(r["backend"] == "gloo" for r in sweep)
@@ -35,6 +36,7 @@ def test_a_two_rank_sweep_times_every_collective_and_size_the_same_on_every_rank
     assert sweep[0]["rows"] == sweep[1]["rows"]  # every rank reports the slowest rank's time per repetition
 
 
+@pytest.mark.slow  # two-rank torchrun launches (about 10 s each): `make test`, not `make test-fast`
 def test_the_plans_are_timed_as_sequences_on_two_ranks():
     reports = C.run("plans", nproc=2, widths="16", repeats=2)
     rows = reports[0]["rows"]
@@ -181,6 +183,7 @@ def test_the_public_judges_accept_the_reference_and_say_what_is_wrong():
     assert "returned 6000" in L.judge_bytes(observed)
 
 
+@pytest.mark.slow  # two-rank torchrun launches (about 10 s each): `make test`, not `make test-fast`
 def test_figures_have_titles_and_labelled_axes_with_units(sweep):
     rows = sweep[0]["rows"]
     fits = {c: (1e-4, 1e9) for c in C.COLLECTIVES}

@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 
 import nbformat
+import pytest
 
 from conftest import ROOT
 
@@ -88,6 +89,7 @@ def _run(args: list[str], repo: Path, timeout: int) -> subprocess.CompletedProce
     return subprocess.run([sys.executable, *args], cwd=repo, env=env, capture_output=True, text=True, timeout=timeout)
 
 
+@pytest.mark.slow  # releases, grades and tests a new lesson end to end (about 40 s): `make test`, not `make test-fast`
 def test_the_example_followed_literally_releases_grades_and_passes(tmp_path):
     files = blocks()
     aid = example_assignment(files)

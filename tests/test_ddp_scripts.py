@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from gpucourse import ddp_scripts as D
@@ -27,6 +28,7 @@ def test_averaged_shard_gradients_equal_the_full_batch_gradient():
     assert model.spare.weight.grad is None  # the unused layer never gets a gradient
 
 
+@pytest.mark.slow  # a two-rank torchrun launch (about 15 s): `make test`, not `make test-fast`
 def test_ddp_script_keeps_ranks_identical(tmp_path):
     launch = D.torchrun(["-m", "gpucourse.ddp_scripts", "--steps", "4", "--per-rank", "8", "--hidden", "16",
                          "--out", str(tmp_path)], nproc=2)
@@ -148,6 +150,7 @@ def test_cuda_without_a_gpu_per_process_refuses_with_the_reason(monkeypatch):
         D.start_ranks("tpu")
 
 
+@pytest.mark.slow  # a two-rank torchrun launch (about 15 s): `make test`, not `make test-fast`
 def test_ddp_script_records_what_it_ran_on(tmp_path):
     launch = D.torchrun(["-m", "gpucourse.ddp_scripts", "--steps", "2", "--per-rank", "4", "--hidden", "8",
                          "--device", "cpu", "--out", str(tmp_path)], nproc=2)

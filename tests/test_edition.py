@@ -18,6 +18,8 @@ import pytest
 from conftest import AUTOGRADERS, COURSE, ROOT, SOLUTIONS, notebooks, read
 from test_release import MARKERS, _hidden_lines, _lines
 
+pytestmark = pytest.mark.slow  # builds the edition (make publish: git, a wheel; about 40 s): `make test`, not `make test-fast`
+
 TOP_LEVEL = {".git", ".gitignore", "LICENSE", "Makefile", "README.md", "course", "lab", "pyproject.toml", "src"}
 
 

@@ -14,6 +14,13 @@ a child touches CUDA. Cells that need a real GPU fail in this run (there is none
 ignored, only the recorded events count. What the run cannot reach (a fork after a cell that fails for
 want of a real GPU) it cannot judge: keep forks out of GPU-only cells' failure paths.
 
+A violation needs a fork, so the run with a pretended GPU stops after the last cell that may fork: one in
+which the notebook's process forked in this pytest run's CPU execution of it (``conftest.forked_cells``,
+recorded from inside the kernel, so a fork in a helper module counts), or one whose text names a fork
+(``MAY_FORK``). A notebook with no such cell forks nowhere here, and its pretended run is not made (its
+multi-rank demos start fresh Pythons through torchrun, which inherit no CUDA state). What this cannot see:
+a fork that only the GPU branch of a helper makes, in a cell after the last one above.
+
 Proof that it catches the bug it was written for: ``OLD_LESSON06`` holds the cells of lesson 6 as it
 was when it failed on an H100 (preamble, imports, section 1's fit on ``S.device``, the 1- then
 2-process ``ddp_notebook`` run), and the test asserts that it is flagged, with the cell that caused it.
@@ -27,18 +34,34 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from conftest import FIXTURES, SOLUTIONS, execute_notebook, notebooks, read
+from conftest import FIXTURES, SOLUTIONS, NotebookFailed, execute_notebook, forked_cells, notebook_param, notebooks, read
 
 pytestmark = pytest.mark.slow  # runs every notebook with a pretended GPU: `make test`, not `make test-fast`
 
 TESTS = Path(__file__).resolve().parent
 DDP_FORK = re.compile(r"strategy\s*=\s*[\"']ddp_(notebook|fork)[\"']")
 OLD_LESSON06 = FIXTURES / "fork_safety" / "lesson06_before_fix.ipynb"
+# A cell whose text may fork the notebook's process (a pool, a fork, DataLoader workers, a Lightning strategy
+# that forks or spawns): broad on purpose, a cell matched in error only costs time.
+MAY_FORK = re.compile(r"fork|num_workers|multiprocessing|Pool\b|Process\(|ddp_notebook|ddp_spawn")
 
 
-def run_with_pretend_gpu(nb, tmp_path: Path, profile: str = "1gpu") -> list[dict]:
-    """Execute ``nb`` with the simulator installed first, pretending the machine ``profile`` (a key of
-    ``cuda_fork_simulator.PROFILES``); every recorded event, in order."""
+def last_cell_that_may_fork(path: Path) -> int | None:
+    """The index of the last cell of solution notebook ``path`` that forked in this run's CPU execution of it
+    or whose text may fork (None: no cell may). Where that execution failed, its last cell: all of it runs."""
+    cells = read(path).cells
+    try:
+        forked = forked_cells(path)
+    except NotebookFailed:  # tests/test_notebooks.py reports it; here the whole notebook runs pretended
+        return len(cells) - 1
+    named = [i for i, c in enumerate(cells) if c.cell_type == "code" and MAY_FORK.search(c.source)]
+    return max(forked + named, default=None)
+
+
+def run_with_pretend_gpu(nb, tmp_path: Path, profile: str = "1gpu", through: int | None = None) -> list[dict]:
+    """Execute ``nb`` (its cells up to index ``through``, all of them if None) with the simulator installed
+    first, pretending the machine ``profile`` (a key of ``cuda_fork_simulator.PROFILES``); every recorded
+    event, in order."""
     import cuda_fork_simulator
 
     log = tmp_path / "cuda_events.jsonl"
@@ -47,6 +70,8 @@ def run_with_pretend_gpu(nb, tmp_path: Path, profile: str = "1gpu") -> list[dict
         f"import sys; sys.path.insert(0, {str(TESTS)!r})\n"
         f"import cuda_fork_simulator; cuda_fork_simulator.install({str(log)!r}, profile={profile!r})")
     nb = nbformat.from_dict(nb)
+    if through is not None:
+        nb.cells = nb.cells[:through + 1]
     nb.cells.insert(0, install)
     execute_notebook(nb, tmp_path, timeout=600, allow_errors=True)
     errors = [o for o in nb.cells[0].get("outputs", []) if o.get("output_type") == "error"]
@@ -65,10 +90,15 @@ def describe(events: list[dict]) -> str:
     return "\n".join(lines)
 
 
-@pytest.mark.parametrize("path", notebooks(SOLUTIONS), ids=lambda p: p.parent.name)
+# In the xdist group of its notebook (conftest.notebook_param): the worker that executes the notebook on the
+# CPU reads which of its cells forked from that run, instead of waiting for another worker's.
+@pytest.mark.parametrize("path", [notebook_param(p) for p in notebooks(SOLUTIONS)], ids=lambda p: p.parent.name)
 def test_no_cuda_state_before_a_fork_that_uses_it(path, tmp_path, monkeypatch):
     monkeypatch.delenv("GPUCOURSE_REQUIRE", raising=False)  # GPU cells fail here by design, not by requirement
-    events = run_with_pretend_gpu(read(path), tmp_path)
+    last = last_cell_that_may_fork(path)
+    if last is None:  # no fork in its CPU run, none in its text: no child for CUDA state to break
+        return
+    events = run_with_pretend_gpu(read(path), tmp_path, through=last)
     if any(c.cell_type == "code" and DDP_FORK.search(c.source) and ".fit(" in c.source for c in read(path).cells):
         assert any(e["kind"] == "fork" for e in events), "its ddp_notebook fit never forked here: the check saw nothing"
     violations = [e for e in events if e["kind"] == "violation"]

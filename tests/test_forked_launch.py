@@ -134,6 +134,7 @@ def launched(tmp_path_factory) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.slow  # launches ranks forked from a clean copy (about a minute for the module's launch): `make test`, not `make test-fast`
 def test_every_rank_reports_as_under_torchrun(launched):
     result = launched["reports"]
     assert result["returncode"] == 0, result["output"]
@@ -145,6 +146,7 @@ def test_every_rank_reports_as_under_torchrun(launched):
         assert report["argv"][2] == "test_driver:drive" and report["argv"][0].endswith("student.py")  # as torchrun passes them
 
 
+@pytest.mark.slow  # launches ranks forked from a clean copy (about a minute for the module's launch): `make test`, not `make test-fast`
 def test_what_the_source_patches_does_not_reach_the_driver(launched):
     result = launched["patches"]
     assert result["returncode"] == 0, result["output"]
@@ -152,6 +154,7 @@ def test_what_the_source_patches_does_not_reach_the_driver(launched):
         assert report["dumps_is_real"] and report["helper_is_real"], report
 
 
+@pytest.mark.slow  # launches ranks forked from a clean copy (about a minute for the module's launch): `make test`, not `make test-fast`
 def test_the_checks_cannot_be_imported_from_the_source(launched):
     result = launched["imports_checks"]
     assert result["returncode"] not in (0, None)
@@ -159,6 +162,7 @@ def test_the_checks_cannot_be_imported_from_the_source(launched):
     assert result["ranks"] == {}
 
 
+@pytest.mark.slow  # launches ranks forked from a clean copy (about a minute for the module's launch): `make test`, not `make test-fast`
 def test_the_grader_cannot_be_imported_from_the_source(launched):
     result = launched["imports_worker"]
     assert result["returncode"] not in (0, None)
@@ -197,6 +201,7 @@ def test_torchrun_on_the_graded_rank_protects_it_too(tmp_path):
     assert all(r["dumps_is_real"] and r["helper_is_real"] for r in reports), reports
 
 
+@pytest.mark.slow  # launches ranks forked from a clean copy (about a minute for the module's launch): `make test`, not `make test-fast`
 def test_a_rank_cannot_report_for_another(launched):
     """Each rank holds only its own report pipe: a forged line reaches its own report alone (two
     reports read as unreadable), never another rank's; report files count for nothing."""
@@ -205,12 +210,14 @@ def test_a_rank_cannot_report_for_another(launched):
     assert result["ranks"] == {"0": {"unreadable": True, "reports": 2}, "1": {"unreadable": True, "reports": 2}}
 
 
+@pytest.mark.slow  # launches ranks forked from a clean copy (about a minute for the module's launch): `make test`, not `make test-fast`
 def test_a_failing_rank_shows_its_traceback(launched):
     result = launched["raises"]
     assert result["returncode"] not in (0, None)
     assert "ValueError: no contribution from rank" in result["output"], result["output"]
 
 
+@pytest.mark.slow  # launches ranks forked from a clean copy (about a minute for the module's launch): `make test`, not `make test-fast`
 def test_a_launch_out_of_time_leaves_nothing_behind(launched):
     result = launched["out_of_time"]
     assert result["timed_out"] and result["returncode"] is None
@@ -264,6 +271,7 @@ print(json.dumps({"read_again": read_again, "unchanged_after_rebase": unchanged_
 """
 
 
+@pytest.mark.slow  # launches ranks forked from a clean copy (about a minute for the module's launch): `make test`, not `make test-fast`
 def test_a_rebased_snapshot_keeps_what_the_graders_code_changed_and_undoes_the_students():
     """The ranks of a launch bring the copy's snapshot up to date (``Snapshot.rebase``) instead of each
     taking a new one: what the grader's own code changed before the student's source (multiprocessing's

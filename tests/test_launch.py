@@ -28,6 +28,7 @@ def _alive(marker: str) -> list[int]:
     return found
 
 
+@pytest.mark.slow  # torchrun launches that are timed out or interrupted (10-20 s): `make test`, not `make test-fast`
 @pytest.mark.skipif(not Path("/proc/self/cmdline").exists(), reason="reads /proc")
 def test_timeout_leaves_no_rank_behind(tmp_path):
     """Ranks that sleep (and a child of one started in a session of its own would not count: it is
@@ -49,6 +50,7 @@ def test_timeout_leaves_no_rank_behind(tmp_path):
     assert not _alive(marker), "a rank or its child outlived the launch"
 
 
+@pytest.mark.slow  # torchrun launches that are timed out or interrupted (10-20 s): `make test`, not `make test-fast`
 def test_interrupt_leaves_no_rank_behind(tmp_path, monkeypatch):
     """An exception while waiting (a notebook's interrupt, a check's alarm) kills the group too."""
     marker = f"gpucourse-rank-{uuid.uuid4().hex}"

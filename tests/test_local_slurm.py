@@ -135,6 +135,7 @@ def test_the_restated_launch_checks_equal_lightnings_own():
             k: real[k] for k in ("global_rank", "local_rank", "node_rank", "world_size")}, env
 
 
+@pytest.mark.slow  # needs the local Slurm cluster up (starting it takes about 20 s): `make test`, not `make test-fast`
 def test_the_cluster_runs_srun_across_both_nodes(slurm):
     assert set(slurm.node_states()) == set(LS.NODES)
     done = subprocess.run(["srun", "-N2", "-n2", "bash", "-c", 'echo "$SLURMD_NODENAME $SLURM_NODEID $SLURM_PROCID"'],
@@ -146,6 +147,7 @@ def test_the_cluster_runs_srun_across_both_nodes(slurm):
     assert hosts == C.hostnames("node[1-2]") == list(LS.NODES)
 
 
+@pytest.mark.slow  # needs the local Slurm cluster up (starting it takes about 20 s): `make test`, not `make test-fast`
 def test_a_job_array_runs_every_task_and_sacct_lists_them(slurm):
     job = C.submit_and_watch(C.ARRAY_SCRIPT, timeout=120)
     assert job["state"] == "COMPLETED" and job["exit_code"] == "0:0"
@@ -180,6 +182,7 @@ def test_running_and_reading_agree_on_every_fixture(slurm, path):
     assert (ran is None) == right, (ran, result.get("output"))
 
 
+@pytest.mark.slow  # needs the local Slurm cluster up (starting it takes about 20 s): `make test`, not `make test-fast`
 def test_the_hidden_case_runs_the_script_when_the_cluster_is_up(slurm, judged_by_running):
     hidden = _hidden()
     assert hidden.slurm_judging()
@@ -190,6 +193,7 @@ def test_the_hidden_case_runs_the_script_when_the_cluster_is_up(slurm, judged_by
     assert "ended FAILED" in hidden.judge_by_running([once], [reference])
 
 
+@pytest.mark.slow  # needs the local Slurm cluster up (starting it takes about 20 s): `make test`, not `make test-fast`
 def test_stop_ends_the_daemons_it_started_and_start_brings_them_back(slurm):
     pids = [LS._pid(path) for path in LS._pid_files(LS.state_dir())]
     assert all(pids), pids

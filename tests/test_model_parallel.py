@@ -120,6 +120,7 @@ def test_charts_are_labelled():
         matplotlib.pyplot.close(figure)
 
 
+@pytest.mark.slow  # a two-rank launch of every plan and schedule (about 25 s): `make test`, not `make test-fast`
 def test_two_ranks_run_the_block_plans_and_the_three_schedules():
     """One real launch each (gloo, 2 CPU processes): outputs and gradients match the unsplit block, SP saves
     less than TP, and each schedule's spans read as the text says (GPipe holds m, 1F1B p - s)."""

@@ -106,6 +106,7 @@ print("fitted")
 """
 
 
+@pytest.mark.slow  # a fresh kernel's setup cell and a first Lightning fit (about 14 s): `make test`, not `make test-fast`
 def test_setup_and_a_first_lightning_fit_write_nothing_to_stderr(tmp_path):
     done = subprocess.run([sys.executable, "-c", FIRST_LIGHTNING_CELLS], capture_output=True, text=True, cwd=tmp_path,
                           timeout=900)  # minutes on a loaded machine: torch and Lightning import slowly

@@ -127,6 +127,7 @@ def test_quiet_kineto_only_where_cuda_is_unavailable(monkeypatch):
     assert os.environ["KINETO_LOG_LEVEL"] == "2"
 
 
+@pytest.mark.slow  # profiles a Lightning fit in a fresh Python (about 13 s): `make test`, not `make test-fast`
 def test_the_code_35_message_goes_away(tmp_path):
     """In a fresh process: a profile prints Kineto's gpuGetDeviceCount error, unless quieted first."""
     import subprocess

@@ -43,6 +43,7 @@ def test_a_requeued_job_resumes_on_the_other_node_from_its_checkpoint(slurm, tmp
     assert run["weights"] == pytest.approx(reports[0]["weights"], abs=1e-6)  # as if never interrupted
 
 
+@pytest.mark.slow  # replays the recorded requeue through two launches (about 15 s): `make test`, not `make test-fast`
 def test_the_recorded_requeue_is_a_run_that_resumed_and_ends_as_never_interrupted(tmp_path):
     """What lesson 10 shows at smoke size and without a cluster (RQ.recorded_requeue): a real run, labelled with
     its machine and date, whose second start resumed on the other node from the first's checkpoint, and whose

@@ -14,6 +14,7 @@ from gpucourse import resilience as H
 from gpucourse.checks import lesson16 as L
 
 
+@pytest.mark.slow  # torchrun launches of several ranks (15-45 s each): `make test`, not `make test-fast`
 def test_dcp_checkpoint_from_2_ranks_loads_on_1_and_3_ranks_and_training_goes_on():
     with tempfile.TemporaryDirectory(prefix="test-resilience-") as folder:
         ckpt = Path(folder) / "step_3"
@@ -47,6 +48,7 @@ def test_dcp_checkpoint_from_2_ranks_loads_on_1_and_3_ranks_and_training_goes_on
         assert list(Path(folder).iterdir())  # written where asked (removed with the folder)
 
 
+@pytest.mark.slow  # torchrun launches of several ranks (15-45 s each): `make test`, not `make test-fast`
 def test_loading_without_the_optimizer_state_would_show():
     """The load really restores Adam's state: a model that only loads the weights trains to other weights."""
     with tempfile.TemporaryDirectory(prefix="test-resilience-") as folder:
@@ -56,6 +58,7 @@ def test_loading_without_the_optimizer_state_would_show():
         assert loaded[0]["weights_after_more"] != loaded[0]["weights_loaded"]  # and it did train
 
 
+@pytest.mark.slow  # torchrun launches of several ranks (15-45 s each): `make test`, not `make test-fast`
 def test_a_rank_failing_once_is_restarted_and_ends_with_the_uninterrupted_weights():
     with tempfile.TemporaryDirectory(prefix="test-resilience-") as folder:
         root = Path(folder)
@@ -93,6 +96,7 @@ def test_save_time_figure_has_title_labels_and_hardware():
     plt.close(fig)
 
 
+@pytest.mark.slow  # torchrun launches of several ranks (15-45 s each): `make test`, not `make test-fast`
 def test_save_timing_demo_reports_every_width():
     with tempfile.TemporaryDirectory(prefix="test-resilience-") as folder:
         timing, _ = H.run("timing", nproc=2, ckpt=Path(folder), widths="16,64", depth=2)
@@ -139,6 +143,7 @@ def test_rank_rng_restores_this_ranks_generator_under_its_own_key():
     assert torch.equal(torch.rand(4), drawn)
 
 
+@pytest.mark.slow  # torchrun launches of several ranks (15-45 s each): `make test`, not `make test-fast`
 def test_resume_with_loader_and_rng_state_is_bit_identical_and_without_them_is_not():
     with tempfile.TemporaryDirectory(prefix="test-resilience-") as folder:
         ranks, _ = H.run("resume", nproc=2, ckpt=Path(folder) / "c", width=16, steps=8, stop_at=5)
@@ -156,6 +161,7 @@ def test_resume_with_loader_and_rng_state_is_bit_identical_and_without_them_is_n
     assert ranks[0]["uninterrupted"]["weights"] == ranks[1]["uninterrupted"]["weights"]
 
 
+@pytest.mark.slow  # torchrun launches of several ranks (15-45 s each): `make test`, not `make test-fast`
 def test_a_rank_that_skips_a_collective_fails_the_other_at_the_timeout_one_that_raises_at_once():
     faults = H.run_fault(timeout_seconds=3)
     assert faults["returncode"] not in (0, None)  # the raise ended the launch with an error

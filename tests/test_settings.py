@@ -109,6 +109,7 @@ def _quiz_submission(folder, answers: dict[str, str]):
     return folder
 
 
+@pytest.mark.slow  # grades a submission in the sandbox (10-18 s): `make test`, not `make test-fast`
 def test_a_configuration_file_sets_the_cell_budget_and_the_output_limit(tmp_path):
     """c.Grading.cell_seconds = 3 stops a cell that sleeps; c.Grading.output_limit = 40 cuts a long print."""
     from autograders import grade
@@ -133,6 +134,7 @@ def test_a_configuration_file_sets_the_cell_budget_and_the_output_limit(tmp_path
     assert result.submission.scores["test_q2"] == 0.0  # its answer was never defined
 
 
+@pytest.mark.slow  # grades a submission in the sandbox (10-18 s): `make test`, not `make test-fast`
 def test_the_job_sets_the_sandbox_sides_settings():
     """What the grader passes in the job replaces the runner's and the supervisor's constants, reaches the
     script launches as the worker's launch policy and every process as the collectives' timeout; the
@@ -150,6 +152,7 @@ def test_the_job_sets_the_sandbox_sides_settings():
     assert observation["ok"] and observation["data"] == [17, 5, 1, 45, [], True], observation
 
 
+@pytest.mark.slow  # grades a submission in the sandbox (10-18 s): `make test`, not `make test-fast`
 def test_the_job_sets_how_often_a_stuck_cell_is_restarted_after():
     """restarts = 0: a cell that swallows its timeout is stopped from outside and nothing runs after it
     (by default a fresh worker runs the next cell: tests/test_adversarial.py, swallows_its_timeout)."""

@@ -22,6 +22,7 @@ def memory():
     return {r["rank"]: r for r in H.run("memory", nproc=2, width=32, steps=2)}
 
 
+@pytest.mark.slow  # torchrun launches of two or more ranks (10-30 s each): `make test`, not `make test-fast`
 def test_reduce_scatter_then_all_gather_is_all_reduce_with_padding():
     reports = H.run("collectives", nproc=3, numel=10)
     assert [r["rank"] for r in reports] == [0, 1, 2]
@@ -32,6 +33,7 @@ def test_reduce_scatter_then_all_gather_is_all_reduce_with_padding():
     assert reports[1]["my_chunk"] == total[4:8]
 
 
+@pytest.mark.slow  # torchrun launches of two or more ranks (10-30 s each): `make test`, not `make test-fast`
 def test_zero_by_hand_and_zero_redundancy_equal_ddp_and_split_the_state(memory):
     ways = {rank: r["ways"] for rank, r in memory.items()}
     parameters = memory[0]["parameters"]
@@ -50,6 +52,7 @@ def test_zero_by_hand_and_zero_redundancy_equal_ddp_and_split_the_state(memory):
     assert sum(memory[0]["ways"]["ZeRO-1 by hand"]["owned_elements"]) == parameters
 
 
+@pytest.mark.slow  # torchrun launches of two or more ranks (10-30 s each): `make test`, not `make test-fast`
 def test_fsdp2_runs_on_gloo_and_shards_everything(memory):
     fsdp = memory[0]["ways"]["FSDP2 fully_shard"]
     assert "error" not in fsdp, fsdp.get("error")
@@ -61,6 +64,7 @@ def test_fsdp2_runs_on_gloo_and_shards_everything(memory):
         assert way["grad_bytes"] < 4 * parameters * 0.6 and way["optimizer_bytes"] < 8 * parameters * 0.6
 
 
+@pytest.mark.slow  # torchrun launches of two or more ranks (10-30 s each): `make test`, not `make test-fast`
 def test_tensor_parallel_mlp_by_hand_matches_unsplit_on_uneven_splits():
     for nproc in (2, 3):
         reports = H.run("tensor", nproc=nproc, hidden=64)
@@ -72,6 +76,7 @@ def test_tensor_parallel_mlp_by_hand_matches_unsplit_on_uneven_splits():
             assert reports[0]["dtensor_local_shapes"][0] == [32, 16]
 
 
+@pytest.mark.slow  # torchrun launches of two or more ranks (10-30 s each): `make test`, not `make test-fast`
 def test_pipeline_records_every_span_in_gpipe_order():
     reports = H.run("pipeline", nproc=2, microbatches=3, rows=16, width=64)
     for r in reports:
@@ -104,6 +109,7 @@ def test_held_bytes_counts_each_storage_once():
     assert H.optimizer_state_bytes(adam) == 2 * 6 * 4 + 4  # exp_avg, exp_avg_sq and the float32 step
 
 
+@pytest.mark.slow  # torchrun launches of two or more ranks (10-30 s each): `make test`, not `make test-fast`
 def test_figures_have_titles_units_and_hardware(memory):
     import matplotlib
     matplotlib.use("Agg")
