@@ -159,16 +159,22 @@ def needs_cuda(reason: str):
     return pytest.mark.skipif(not torch.cuda.is_available() and "cuda" not in required_kinds(), reason=reason)
 
 
-# Run in a kernel before its first cell (``execute_notebook(record_forks=...)``): the execution count of the
-# cell running at each fork of the kernel's own process, one line each. ``os.register_at_fork`` hooks run for
-# os.fork and multiprocessing's fork (DataLoader workers, Lightning's ddp_notebook); subprocess's fork and
-# exec (torchrun, a fresh Python) runs none, and its child starts afresh, without its parent's CUDA state.
+# Run in a kernel before its first cell (``execute_notebook(record_forks=...)``): at each fork of the kernel's
+# own process, the number of the cell running then (1 for the first cell run, as nbclient numbers them; counted
+# at IPython's pre_run_cell, which a silent run like this one does not trigger), one line each.
+# ``os.register_at_fork`` hooks run for os.fork and multiprocessing's fork (DataLoader workers, Lightning's
+# ddp_notebook); subprocess's fork and exec (torchrun, a fresh Python) runs none, and its child starts
+# afresh, without its parent's CUDA state.
 FORK_RECORDER = """\
 def _record_forks(log):
     import os
+    cells = [0]
+    def started(info):
+        cells[0] += 1
     def before():
         with open(log, "a") as out:
-            out.write(f"{{get_ipython().execution_count}}\\n")
+            out.write(f"{{cells[0]}}\\n")
+    get_ipython().events.register("pre_run_cell", started)
     os.register_at_fork(before=before)
 _record_forks({log!r})
 del _record_forks

@@ -140,6 +140,44 @@ def test_the_check_catches_lesson_6_as_it_failed_on_an_h100(tmp_path, monkeypatc
     assert any(e["cell"].startswith("epochs = S.size") for e in parent_state), describe(events)
 
 
+def test_the_recorder_names_the_cells_whose_process_forked_and_changes_nothing_else(tmp_path):
+    """conftest's fork recorder, in a real kernel: a fork and a multiprocessing fork child count, in their own
+    cells; a subprocess (fork and exec: a fresh Python) does not; execution counts and outputs are as without it."""
+    cells = ["print('first')",
+             "import os\npid = os.fork()\nif pid == 0:\n    os._exit(0)\nos.waitpid(pid, 0); print('forked')",
+             "import subprocess, sys\nsubprocess.run([sys.executable, '-c', 'pass'], check=True); print('a fresh python')",
+             "import multiprocessing as mp\np = mp.get_context('fork').Process(target=print, args=('child',))\n"
+             "p.start(); p.join(); print(p.exitcode)",
+             ""]
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells])
+    forked = execute_notebook(nb, tmp_path, timeout=120, record_forks=tmp_path / "forks")
+    assert forked == [1, 3]
+    assert [c.execution_count for c in nb.cells[:4]] == [1, 2, 3, 4]
+    assert [o.get("text", "") for o in nb.cells[0].outputs] == ["first\n"]
+
+
+def test_the_pretended_run_stops_after_the_last_cell_that_forked_or_names_a_fork(tmp_path, monkeypatch):
+    import test_fork_safety as me
+
+    cells = ["x = 1", "run_demo()", "loader = DataLoader(data, num_workers=2)", "plot()", "print(x)"]
+    path = tmp_path / "lesson" / "lesson.ipynb"
+    path.parent.mkdir()
+    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells]), path)
+    monkeypatch.setattr(me, "forked_cells", lambda p: [1])
+    assert me.last_cell_that_may_fork(path) == 2  # the text names DataLoader workers
+    monkeypatch.setattr(me, "forked_cells", lambda p: [3])
+    assert me.last_cell_that_may_fork(path) == 3  # a helper forked there: no text says so
+    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("x = 1")]), path)
+    monkeypatch.setattr(me, "forked_cells", lambda p: [])
+    assert me.last_cell_that_may_fork(path) is None
+
+    def failed(p):
+        raise NotebookFailed("cell 0 failed")
+
+    monkeypatch.setattr(me, "forked_cells", failed)
+    assert me.last_cell_that_may_fork(path) == 0  # its CPU run failed: every cell runs pretended
+
+
 SCRIPT = """
 import os, sys, torch
 sys.path.insert(0, {tests!r})
