@@ -182,11 +182,11 @@ del _record_forks
 
 
 def execute_notebook(nb, cwd: str | os.PathLike, timeout: int, allow_errors: bool = False,
-                     record_forks: str | os.PathLike | None = None) -> list[int]:
+                     record_forks: bool = False) -> list[int]:
     """Execute ``nb`` in place in a fresh python3 kernel started in ``cwd`` (nbclient's ``execute``: a
-    failing cell raises CellExecutionError unless ``allow_errors``). With ``record_forks`` (a file for the
-    kernel's log), returns the index of each cell in which the kernel's own process forked (``FORK_RECORDER``:
-    run silently, outside the notebook's history, so execution counts and outputs are as without it).
+    failing cell raises CellExecutionError unless ``allow_errors``). With ``record_forks``, returns the index
+    of each cell in which the kernel's own process forked (``FORK_RECORDER``: run silently, outside the
+    notebook's history, its log outside ``cwd``, so execution counts, outputs and files are as without it).
 
     The kernel talks to this process over Unix sockets in a folder of its own, not over TCP ports:
     jupyter_client picks a "free" port by binding and releasing it, and under this suite's parallel
@@ -203,23 +203,22 @@ def execute_notebook(nb, cwd: str | os.PathLike, timeout: int, allow_errors: boo
     config = Config({"KernelManager": {"transport": "ipc", "ip": os.path.join(sockets, "kernel")}})
     client = NotebookClient(nb, config=config, timeout=timeout, kernel_name="python3", allow_errors=allow_errors,
                             resources={"metadata": {"path": str(cwd)}})
-    if record_forks is not None:
-        Path(record_forks).write_text("")
+    log = Path(sockets) / "forks"
+    if record_forks:
+        log.write_text("")
 
         async def install_recorder(notebook):
             reply = await client.async_wait_for_reply(client.kc.execute(
-                FORK_RECORDER.format(log=str(record_forks)), silent=True, store_history=False))
+                FORK_RECORDER.format(log=str(log)), silent=True, store_history=False))
             if reply is None or reply["content"]["status"] != "ok":
                 raise RuntimeError(f"the fork recorder did not install in the kernel: {reply}")
 
         client.on_notebook_start = install_recorder
     try:
         client.execute()
+        counts = {int(line) for line in log.read_text().split()} if record_forks else set()
     finally:
         shutil.rmtree(sockets, ignore_errors=True)
-    if record_forks is None:
-        return []
-    counts = {int(line) for line in Path(record_forks).read_text().split()}
     return sorted(i for i, c in enumerate(nb.cells) if c.cell_type == "code" and c.get("execution_count") in counts)
 
 
@@ -353,7 +352,7 @@ def _execute_once(path: Path, target: Path):
     nb = read(path)
     with tempfile.TemporaryDirectory() as workdir:
         try:
-            forked = execute_notebook(nb, workdir, timeout=900, record_forks=Path(workdir) / ".forks")
+            forked = execute_notebook(nb, workdir, timeout=900, record_forks=True)
         except (CellExecutionError, CellTimeoutError, DeadKernelError) as error:
             # a timeout or a dead kernel too: each later caller would otherwise run the notebook again
             index = next((i for i, c in enumerate(nb.cells) if c.cell_type == "code"

@@ -98,8 +98,9 @@ def test_no_cuda_state_before_a_fork_that_uses_it(path, tmp_path, monkeypatch):
     last = last_cell_that_may_fork(path)
     if last is None:  # no fork in its CPU run, none in its text: no child for CUDA state to break
         return
-    events = run_with_pretend_gpu(read(path), tmp_path, through=last)
-    if any(c.cell_type == "code" and DDP_FORK.search(c.source) and ".fit(" in c.source for c in read(path).cells):
+    nb = read(path)
+    events = run_with_pretend_gpu(nb, tmp_path, through=last)
+    if any(c.cell_type == "code" and DDP_FORK.search(c.source) and ".fit(" in c.source for c in nb.cells):
         assert any(e["kind"] == "fork" for e in events), "its ddp_notebook fit never forked here: the check saw nothing"
     violations = [e for e in events if e["kind"] == "violation"]
     assert not violations, f"{path.relative_to(SOLUTIONS.parent)} fails on a GPU:\n{describe(events)}"
@@ -150,7 +151,7 @@ def test_the_recorder_names_the_cells_whose_process_forked_and_changes_nothing_e
              "p.start(); p.join(); print(p.exitcode)",
              ""]
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells])
-    forked = execute_notebook(nb, tmp_path, timeout=120, record_forks=tmp_path / "forks")
+    forked = execute_notebook(nb, tmp_path, timeout=120, record_forks=True)
     assert forked == [1, 3]
     assert [c.execution_count for c in nb.cells[:4]] == [1, 2, 3, 4]
     assert [o.get("text", "") for o in nb.cells[0].outputs] == ["first\n"]
