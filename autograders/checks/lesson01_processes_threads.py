@@ -12,7 +12,7 @@ answer away.
 """
 
 from gpucourse.checks import Case
-from gpucourse.checks.ddp import judge_script_ran
+from gpucourse.checks.ddp import first_raised, judge_script_ran
 from gpucourse.checks.lesson01 import observe_choices  # same observation, stricter judges
 from gpucourse.checks.values import describe, type_words
 
@@ -729,8 +729,20 @@ def judge_generated_shards(d, inputs):
     return None
 
 
+def _average_raised(d, inputs) -> str | None:
+    """The first drawn tensor on which a rank's answer raised, named with that rank's own error (a peer of it
+    stops there too, with gloo's lost connection: ``ddp.settle``), or None."""
+    runs = {rank: {"runs": record["generated"]["averages"]} for rank, record in d["ranks"].items()}
+    raised = first_raised(runs, len(inputs["tensors"]))
+    if raised is None:
+        return None
+    i, rank, error = raised
+    spec = inputs["tensors"][i]
+    return f"rank {rank}: average_across_ranks raised {error} for a {spec['dtype']} tensor of shape {spec['shape']}"
+
+
 def judge_generated_new_tensor(d, inputs):
-    launched = _launched(d)
+    launched = _launched(d) or _average_raised(d, inputs)
     if launched:
         return launched
     for rank, record in sorted(d["ranks"].items()):
@@ -758,7 +770,7 @@ def reference_mean(spec, world_size):
 
 
 def judge_generated_mean(d, inputs):
-    launched = _launched(d)
+    launched = _launched(d) or _average_raised(d, inputs)
     if launched:
         return launched
     world_size = d["world_size"]

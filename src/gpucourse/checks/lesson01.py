@@ -123,11 +123,13 @@ def drive_average_across_ranks(ns, inputs=None):
     """Each rank's part (run by ddp_harness under torchrun): shards for two sizes and one average; with
     ``inputs`` (a check's generated ``{"shards": [[n, rank, world_size], ...], "tensors": [{"dtype",
     "shape", "values": {rank: flat list}}, ...]}``) also ``shard_indices`` on each triple and one
-    average per tensor, each recorded with what it returned or raised."""
+    average per tensor, each recorded with what it returned or raised. Where one rank's call raised, every
+    rank stops after that tensor (``ddp.settle``): its peers do not wait out the collective timeout."""
     import numbers
 
     import torch
     import torch.distributed as dist
+    from gpucourse.checks.ddp import leave, settle
     from gpucourse.checks.ddp_harness import init_process_group
 
     device = init_process_group()
@@ -166,9 +168,11 @@ def drive_average_across_ranks(ns, inputs=None):
                                  "input_unchanged": bool(torch.equal(t, kept))})
             except Exception as error:
                 averages.append({"error": f"{type(error).__name__}: {error}"[:200]})
+            if not settle("error" in averages[-1]):  # a rank raised: every rank stops here, at once
+                break
         record["generated"] = {"shards": calls, "averages": averages}
-    dist.barrier()
-    dist.destroy_process_group()
+    settle(False)
+    leave()
     return record
 
 
