@@ -16,8 +16,8 @@ want of a real GPU) it cannot judge: keep forks out of GPU-only cells' failure p
 
 A violation needs a fork, so the run with a pretended GPU stops after the last cell that may fork: one in
 which the notebook's process forked in this pytest run's CPU execution of it (``conftest.forked_cells``,
-recorded from inside the kernel, so a fork in a helper module counts), or one whose text names a fork
-(``MAY_FORK``). A notebook with no such cell forks nowhere here, and its pretended run is not made (its
+recorded from inside the kernel, so a fork in a helper module counts), or one whose code names a fork
+(``MAY_FORK``, read outside comments and f-strings). A notebook with no such cell forks nowhere here, and its pretended run is not made (its
 multi-rank demos start fresh Pythons through torchrun, which inherit no CUDA state). What this cannot see:
 a fork that only the GPU branch of a helper makes, in a cell after the last one above.
 
@@ -41,9 +41,26 @@ pytestmark = pytest.mark.slow  # runs every notebook with a pretended GPU: `make
 TESTS = Path(__file__).resolve().parent
 DDP_FORK = re.compile(r"strategy\s*=\s*[\"']ddp_(notebook|fork)[\"']")
 OLD_LESSON06 = FIXTURES / "fork_safety" / "lesson06_before_fix.ipynb"
-# A cell whose text may fork the notebook's process (a pool, a fork, DataLoader workers, a Lightning strategy
-# that forks or spawns): broad on purpose, a cell matched in error only costs time.
-MAY_FORK = re.compile(r"fork|num_workers|multiprocessing|Pool\b|Process\(|ddp_notebook|ddp_spawn")
+# A cell whose code may fork the notebook's process (a pool, a fork, DataLoader workers, a Lightning strategy
+# that forks): broad on purpose, a cell matched in error only costs time. Read in the cell's code, not in its
+# comments or f-strings (text it prints); "ddp_spawn" is not here: its ranks are started fresh (the "spawn" start
+# method), and inherit no CUDA state.
+MAY_FORK = re.compile(r"fork|num_workers|multiprocessing|Pool\b|Process\(|ddp_notebook")
+
+
+def code_of(source: str) -> str:
+    """``source`` without its comments and f-strings (the words a cell prints or explains); other strings stay:
+    ``get_context("fork")`` and ``strategy="ddp_notebook"`` are code. Unreadable as Python (a magic): all of it."""
+    import io
+    import tokenize
+
+    try:
+        tokens = list(tokenize.generate_tokens(io.StringIO(source).readline))
+    except (tokenize.TokenError, IndentationError, SyntaxError):
+        return source
+    kept = [t.string for t in tokens if t.type != tokenize.COMMENT
+            and not (t.type == tokenize.STRING and re.match(r"(?i)r?fr?['\"]", t.string))]
+    return " ".join(kept)
 
 
 def last_cell_that_may_fork(path: Path) -> int | None:
@@ -54,7 +71,7 @@ def last_cell_that_may_fork(path: Path) -> int | None:
         forked = forked_cells(path)
     except NotebookFailed:  # tests/test_notebooks.py reports it; here the whole notebook runs pretended
         return len(cells) - 1
-    named = [i for i, c in enumerate(cells) if c.cell_type == "code" and MAY_FORK.search(c.source)]
+    named = [i for i, c in enumerate(cells) if c.cell_type == "code" and MAY_FORK.search(code_of(c.source))]
     return max(forked + named, default=None)
 
 
@@ -171,12 +188,19 @@ def test_the_pretended_run_stops_after_the_last_cell_that_forked_or_names_a_fork
     nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("x = 1")]), path)
     monkeypatch.setattr(me, "forked_cells", lambda p: [])
     assert me.last_cell_that_may_fork(path) is None
+    said = ['print(f"devices={d}, num_workers={w}")  # a DataLoader forks its workers',
+            'pl.Trainer(devices=2, strategy="ddp_spawn")', "%time x = 1"]
+    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in said]), path)
+    assert me.last_cell_that_may_fork(path) is None  # printed, explained, spawned: no fork in the code
+    forks = ['ctx = mp.get_context("fork")', 'pl.Trainer(strategy="ddp_notebook")', "%time x = os.fork()", "x = 1"]
+    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in forks]), path)
+    assert me.last_cell_that_may_fork(path) == 2  # a string that is code; a magic read whole
 
     def failed(p):
         raise NotebookFailed("cell 0 failed")
 
     monkeypatch.setattr(me, "forked_cells", failed)
-    assert me.last_cell_that_may_fork(path) == 0  # its CPU run failed: every cell runs pretended
+    assert me.last_cell_that_may_fork(path) == len(forks) - 1  # its CPU run failed: every cell runs pretended
 
 
 SCRIPT = """
