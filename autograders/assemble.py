@@ -222,6 +222,16 @@ class _Aliases:
                     path = self.path(value) if isinstance(name, ast.Name) else None
                     if path is not None:
                         self.paths.setdefault(name.id, path)
+        elif isinstance(node, (ast.For, ast.AsyncFor, ast.comprehension)) and isinstance(node.target, ast.Name):
+            path = self.element_path(node.iter)  # ``for m in (os,): m.getpid = ...``: m is os
+            if path is not None:
+                self.paths.setdefault(node.target.id, path)
+
+    def element_path(self, node) -> str | None:
+        """The path an element of a literal tuple, list or set ``node`` reaches (the first that does), or None."""
+        if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+            return next((p for p in map(self.path, node.elts) if p is not None), None)
+        return None
 
     shadowed: frozenset = frozenset()  # names that, where the scan is looking, hold the code's own values
 
@@ -301,6 +311,9 @@ def _bindings(scope, aliases: _Aliases) -> tuple[set, set, set]:
             for target in node.targets if isinstance(node, ast.Assign) else [node.target]:
                 if isinstance(target, ast.Name) and aliases.path(node.value) is not None:
                     modules.add(target.id)
+        elif isinstance(node, (ast.For, ast.AsyncFor, ast.comprehension)) and isinstance(node.target, ast.Name) \
+                and aliases.element_path(node.iter) is not None:
+            modules.add(node.target.id)
         elif isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
             others.add(node.id)
         elif isinstance(node, ast.ExceptHandler) and node.name:

@@ -536,6 +536,9 @@ ATTACKS = {  # an answer's code -> the forgery reason the scan must give
     "import lightning.pytorch as pl\npl.Trainer.fit = print": "patches `lightning.pytorch.Trainer.fit`",
     "import numpy as np\nnp.allclose = lambda *a, **k: True": "patches `numpy.allclose`",
     "import os\nos.getpid = lambda: 1": "patches `os.getpid`",
+    "import os\nfor m in (os,):\n    m.getpid = lambda: 1": "patches `os.getpid`",  # a loop's name bound to a module
+    "import os\ndef f():\n    for m in [os]:\n        setattr(m, 'getpid', int)\nf()": "patches `os.getpid`",
+    "import os, sys\n[setattr(m, 'getpid', int) for m in (sys, os)]": "patches `sys.getpid`",
     "import json\njson.dumps += ''": "patches `json.dumps`",
     "import builtins\nbuiltins.isinstance = lambda *a: True": "patches `builtins.isinstance`",
     "import sys, types\nsys.modules['darts'] = types.ModuleType('darts')": "patches `sys.modules[...]`",
@@ -561,6 +564,7 @@ def test_scan_calls_each_route_forgery(code):
     "import torch\nclass Net(torch.nn.Module):\n    count = 0\n    def __init__(self):\n        super().__init__()\n"
     "        type(self).count += 1\n        self.layer = torch.nn.Linear(2, 2)\nNet.extra = 1\nx = torch.zeros(2)\nx[0] = 1",
     "import matplotlib.pyplot as plt\nplt.rcParams['figure.figsize'] = (4, 3)",
+    "import os\nfor m in (1, 2):\n    m = m + 1\nfor p in [os.getcwd()]:\n    p = p + '/x'\nprint([n.upper() for n in ('a', os.sep)])",
     # words that are also names of grader modules, used as data, and every script's __main__
     "record = {'rank': 0, 'worker': 1}\nprint('grade', 'course', 'checks', 'trust')\nif __name__ == '__main__':\n    pass",
 ])
