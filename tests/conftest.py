@@ -159,34 +159,49 @@ def needs_cuda(reason: str):
     return pytest.mark.skipif(not torch.cuda.is_available() and "cuda" not in required_kinds(), reason=reason)
 
 
-# Run in a kernel before its first cell (``execute_notebook(record_forks=...)``): at each fork of the kernel's
-# own process, the number of the cell running then (1 for the first cell run, as nbclient numbers them; counted
-# at IPython's pre_run_cell, which a silent run like this one does not trigger), one line each.
-# ``os.register_at_fork`` hooks run for os.fork and multiprocessing's fork (DataLoader workers, Lightning's
-# ddp_notebook); subprocess's fork and exec (torchrun, a fresh Python) runs none, and its child starts
-# afresh, without its parent's CUDA state.
-FORK_RECORDER = """\
-def _record_forks(log):
-    import os
+# Run in a kernel before its first cell (``execute_notebook(record=True)``), one line per event in its log, the
+# number of the cell running then (1 for the first cell run, as nbclient numbers them; counted at IPython's
+# pre_run_cell, which a silent run like this one does not trigger):
+# - "fork N": a fork of the kernel's own process. ``os.register_at_fork`` hooks run for os.fork and
+#   multiprocessing's fork (DataLoader workers, Lightning's ddp_notebook); subprocess's fork and exec
+#   (torchrun, a fresh Python) runs none, and its child starts afresh, without its parent's CUDA state.
+# - "read N": the kernel opened a GPU reference file (a JSON file of ``reference_folder``, or the one
+#   GPUCOURSE_REFERENCE names), seen by an audit hook (``gpucourse.reference.load`` reads the file at each call).
+RECORDER = """\
+def _record(log, folder, named):
+    import os, sys
     cells = [0]
     def started(info):
         cells[0] += 1
-    def before():
+    def note(kind):
         with open(log, "a") as out:
-            out.write(f"{{cells[0]}}\\n")
+            out.write(f"{{kind}} {{cells[0]}}\\n")
+    def opened(event, args):
+        if event == "open" and args and isinstance(args[0], (str, os.PathLike)):
+            path = os.fspath(args[0])
+            if isinstance(path, str) and path.endswith(".json") and (path.startswith(folder) or path == named):
+                note("read")
     get_ipython().events.register("pre_run_cell", started)
-    os.register_at_fork(before=before)
-_record_forks({log!r})
-del _record_forks
+    os.register_at_fork(before=lambda: note("fork"))
+    sys.addaudithook(opened)
+_record({log!r}, {folder!r}, {named!r})
+del _record
 """
 
 
+def reference_folder() -> str:
+    from gpucourse import reference
+
+    return str(reference.FOLDER.resolve()) + os.sep
+
+
 def execute_notebook(nb, cwd: str | os.PathLike, timeout: int, allow_errors: bool = False,
-                     record_forks: bool = False) -> list[int]:
+                     record: bool = False) -> dict[str, list[int]]:
     """Execute ``nb`` in place in a fresh python3 kernel started in ``cwd`` (nbclient's ``execute``: a
-    failing cell raises CellExecutionError unless ``allow_errors``). With ``record_forks``, returns the index
-    of each cell in which the kernel's own process forked (``FORK_RECORDER``: run silently, outside the
-    notebook's history, its log outside ``cwd``, so execution counts, outputs and files are as without it).
+    failing cell raises CellExecutionError unless ``allow_errors``). With ``record``, returns the index of
+    each cell in which the kernel's own process forked ("fork") and of each that read a GPU reference file
+    ("read"; ``RECORDER``: run silently, outside the notebook's history, its log outside ``cwd``, so
+    execution counts, outputs and files are as without it); without, both lists are empty.
 
     The kernel talks to this process over Unix sockets in a folder of its own, not over TCP ports:
     jupyter_client picks a "free" port by binding and releasing it, and under this suite's parallel
@@ -203,23 +218,25 @@ def execute_notebook(nb, cwd: str | os.PathLike, timeout: int, allow_errors: boo
     config = Config({"KernelManager": {"transport": "ipc", "ip": os.path.join(sockets, "kernel")}})
     client = NotebookClient(nb, config=config, timeout=timeout, kernel_name="python3", allow_errors=allow_errors,
                             resources={"metadata": {"path": str(cwd)}})
-    log = Path(sockets) / "forks"
-    if record_forks:
+    log = Path(sockets) / "events"
+    if record:
         log.write_text("")
+        code = RECORDER.format(log=str(log), folder=reference_folder(), named=os.environ.get(environment.REFERENCE, ""))
 
         async def install_recorder(notebook):
-            reply = await client.async_wait_for_reply(client.kc.execute(
-                FORK_RECORDER.format(log=str(log)), silent=True, store_history=False))
+            reply = await client.async_wait_for_reply(client.kc.execute(code, silent=True, store_history=False))
             if reply is None or reply["content"]["status"] != "ok":
-                raise RuntimeError(f"the fork recorder did not install in the kernel: {reply}")
+                raise RuntimeError(f"the recorder did not install in the kernel: {reply}")
 
         client.on_notebook_start = install_recorder
     try:
         client.execute()
-        counts = {int(line) for line in log.read_text().split()} if record_forks else set()
+        events = [line.split() for line in log.read_text().splitlines()] if record else []
     finally:
         shutil.rmtree(sockets, ignore_errors=True)
-    return sorted(i for i, c in enumerate(nb.cells) if c.cell_type == "code" and c.get("execution_count") in counts)
+    return {kind: sorted(i for i, c in enumerate(nb.cells) if c.cell_type == "code"
+                         and str(c.get("execution_count")) in {count for k, count in events if k == kind})
+            for kind in ("fork", "read")}
 
 
 def notebooks(folder: Path) -> list[Path]:
@@ -352,7 +369,7 @@ def _execute_once(path: Path, target: Path):
     nb = read(path)
     with tempfile.TemporaryDirectory() as workdir:
         try:
-            forked = execute_notebook(nb, workdir, timeout=900, record_forks=True)
+            recorded = execute_notebook(nb, workdir, timeout=900, record=True)
         except (CellExecutionError, CellTimeoutError, DeadKernelError) as error:
             # a timeout or a dead kernel too: each later caller would otherwise run the notebook again
             index = next((i for i, c in enumerate(nb.cells) if c.cell_type == "code"
@@ -363,13 +380,13 @@ def _execute_once(path: Path, target: Path):
             note.write_text(_FAILED[path])
             raise NotebookFailed(_FAILED[path]) from None
     note.unlink(missing_ok=True)
-    _forks_note(target).write_text(json.dumps(forked))  # before the notebook: whoever reads it finds this too
+    _record_note(target).write_text(json.dumps(recorded))  # before the notebook: whoever reads it finds this too
     save_executed(path, nb)
     return nb
 
 
-def _forks_note(target: Path) -> Path:
-    return target.with_name(f".{target.name}.forks.json")
+def _record_note(target: Path) -> Path:
+    return target.with_name(f".{target.name}.recorded.json")
 
 
 def forked_cells(path: Path) -> list[int]:
@@ -377,7 +394,15 @@ def forked_cells(path: Path) -> list[int]:
     execution of it (``executed_solution``, which runs it if no worker has; raises NotebookFailed if it failed)."""
     path = Path(path)
     executed_solution(path)
-    return json.loads(_forks_note(EXECUTED / path.relative_to(SOLUTIONS)).read_text())
+    return json.loads(_record_note(EXECUTED / path.relative_to(SOLUTIONS)).read_text())["fork"]
+
+
+def reference_cells(path: Path) -> list[int]:
+    """The cells of solution notebook ``path`` that read a GPU reference file, in this pytest run's execution of
+    it (``executed_solution``, which runs it if no worker has; raises NotebookFailed if it failed)."""
+    path = Path(path)
+    executed_solution(path)
+    return json.loads(_record_note(EXECUTED / path.relative_to(SOLUTIONS)).read_text())["read"]
 
 
 def save_executed(source: Path, nb) -> Path:

@@ -159,19 +159,23 @@ def test_the_check_catches_lesson_6_as_it_failed_on_an_h100(tmp_path, monkeypatc
 
 
 def test_the_recorder_names_the_cells_whose_process_forked_and_changes_nothing_else(tmp_path):
-    """conftest's fork recorder, in a real kernel: a fork and a multiprocessing fork child count, in their own
-    cells; a subprocess (fork and exec: a fresh Python) does not; execution counts and outputs are as without it."""
+    """conftest's recorder, in a real kernel: a fork and a multiprocessing fork child count, in their own
+    cells; a subprocess (fork and exec: a fresh Python) does not; a cell that loads the GPU reference reads it,
+    one that opens another JSON file does not; execution counts and outputs are as without it."""
     cells = ["print('first')",
              "import os\npid = os.fork()\nif pid == 0:\n    os._exit(0)\nos.waitpid(pid, 0); print('forked')",
              "import subprocess, sys\nsubprocess.run([sys.executable, '-c', 'pass'], check=True); print('a fresh python')",
              "import multiprocessing as mp\np = mp.get_context('fork').Process(target=print, args=('child',))\n"
              "p.start(); p.join(); print(p.exitcode)",
+             "from gpucourse import reference as R\nref = R.load()\nimport json\njson.dump({}, open('other.json', 'w'))",
+             "print(ref.short)",  # a value of the reference loaded before: that cell is the one that read it
              ""]
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells])
-    forked = execute_notebook(nb, tmp_path, timeout=120, record_forks=True)
-    assert forked == [1, 3]
-    assert [c.execution_count for c in nb.cells[:4]] == [1, 2, 3, 4]
+    recorded = execute_notebook(nb, tmp_path, timeout=120, record=True)
+    assert recorded == {"fork": [1, 3], "read": [4]}
+    assert [c.execution_count for c in nb.cells[:6]] == [1, 2, 3, 4, 5, 6]
     assert [o.get("text", "") for o in nb.cells[0].outputs] == ["first\n"]
+    assert execute_notebook(nb, tmp_path, timeout=120) == {"fork": [], "read": []}  # nothing recorded unasked
 
 
 def test_the_pretended_run_stops_after_the_last_cell_that_forked_or_names_a_fork(tmp_path, monkeypatch):

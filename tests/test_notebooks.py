@@ -140,7 +140,7 @@ def test_a_failed_run_is_not_run_again_by_another_worker(tmp_path, monkeypatch):
     conftest, [path] = _toy_solutions(tmp_path, monkeypatch, ["lesson98_toy"])
     runs = []
 
-    def times_out(nb, cwd, timeout, allow_errors=False, record_forks=False):
+    def times_out(nb, cwd, timeout, allow_errors=False, record=False):
         runs.append(cwd)
         raise CellTimeoutError("A cell timed out while it was being executed")
 
@@ -158,10 +158,10 @@ def test_notebooks_another_worker_is_running_wait_until_the_free_ones_ran(tmp_pa
     conftest, [held, free] = _toy_solutions(tmp_path, monkeypatch, ["lesson97_held", "lesson98_free"])
     order = []
 
-    def runs(nb, cwd, timeout, allow_errors=False, record_forks=False):
+    def runs(nb, cwd, timeout, allow_errors=False, record=False):
         order.append(nb.cells[0].source)
         nb.cells[0].execution_count = 1
-        return []  # no cell forked
+        return {"fork": [], "read": []}  # no cell forked or read the reference
 
     monkeypatch.setattr(conftest, "execute_notebook", runs)
     lock = conftest.EXECUTED / "lesson97_held" / ".lesson97_held.ipynb.lock"

@@ -14,6 +14,7 @@ matplotlib.use("Agg")
 import nbformat
 import pytest
 
+from conftest import notebook_param
 from gpucourse import bench_gpu
 from gpucourse import reference as R
 
@@ -237,22 +238,60 @@ def test_plot_beside_labels_both_machines_and_skips_what_was_not_measured():
         R.plot_beside({}, {}, title="t", unit="u", mine_label="a", reference_label="b")
 
 
-def _reads_the_reference(path: Path) -> bool:
+LOADS = re.compile(r"R\.load\(|reference\.load\(")  # a cell that loads the reference itself
+
+
+def _loading_cells(nb) -> set[int]:
+    return {i for i, c in enumerate(nb.cells) if c.cell_type == "code" and LOADS.search(c.source)}
+
+
+# The lessons whose cells load the reference. A helper that loads it only in some runs (lesson 1's
+# ``speedup_note``, where processes lost) is run against the written reference by its own test below.
+READERS = [p for p in sorted((ROOT / "solutions").glob("*/*.ipynb")) if _loading_cells(nbformat.read(p, 4))]
+
+
+def test_lesson1_speedup_note_reads_what_bench_gpu_writes(tmp_path, monkeypatch):
+    from gpucourse import parallel as P
+
+    fixture = bench_gpu.write(bench_gpu.fixture(), tmp_path / "fixture.json")
+    monkeypatch.setenv(R.ENV, str(fixture))
+    monkeypatch.setenv(R.STRICT_ENV, "1")
+    lost = [P.Measurement("count_primes", "serial", 1, 0.4, 1.0), P.Measurement("count_primes", "processes", 2, 0.8, 0.5)]
+    note = P.speedup_note(lost, smoke=True)
+    written = R.load(str(fixture)).values(P.REFERENCE_SPEEDUP)
+    assert f"16 processes {written['processes x16']:.1f}×" in note and "smoke size" in note
+
+
+def cells_to_run(path: Path) -> set[int] | None:
+    """The cells of solution notebook ``path`` a run against another reference must make: those that read a
+    reference file in this pytest run's execution of it (``conftest.reference_cells``: a helper's read counts),
+    those that read a name such a cell binds (the reference it loaded, values taken from it), and the cells
+    they need (``cell_names.needed``). The others read no reference: they run as in the solution run, and
+    only their imports run here. None (all of them) where that run failed."""
+    import cell_names
+    from conftest import NotebookFailed, reference_cells
+
+    try:
+        reads = set(reference_cells(path))
+    except NotebookFailed:  # tests/test_notebooks.py reports it; here every cell runs
+        return None
     nb = nbformat.read(path, 4)
-    return any(re.search(r"R\.load\(|reference\.load\(|plot_speedup_panels", c.source) for c in nb.cells
-               if c.cell_type == "code")
-
-
-READERS = [p for p in sorted((ROOT / "solutions").glob("*/*.ipynb")) if _reads_the_reference(p)]
+    reads |= _loading_cells(nb)  # where a run's numbers chose a branch without the load: it loads here
+    cells = cell_names.of_notebook(nb)
+    run = reads | cell_names.reached(cells, {i: cells[i][1] for i in reads if cells[i] is not None})
+    run |= {i for i, c in enumerate(nb.cells) if c.cell_type == "code" and cells[i] is None}  # not Python: unknown
+    return run | cell_names.needed(cells, run)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("path", READERS, ids=lambda p: p.parent.name)
+@pytest.mark.parametrize("path", [notebook_param(p) for p in READERS], ids=lambda p: p.parent.name)
 def test_every_cell_that_reads_the_reference_runs_against_what_bench_gpu_writes(path, tmp_path, monkeypatch):
     """The lesson at smoke size with GPUCOURSE_REFERENCE naming a fixture written by bench_gpu's own writer
     (every declared label, made-up numbers) and GPUCOURSE_REFERENCE_STRICT=1: a key or label the lesson
     reads and bench-gpu does not write raises in its cell. (The CPU branches here; `make test-gpu` runs
-    the GPU branches against the shipped reference.)"""
+    the GPU branches against the shipped reference.) Only the cells that read the reference, and those they
+    need, run (``cells_to_run``); at least one of them reads it here too."""
+    import cell_names
     from conftest import execute_notebook
 
     fixture = bench_gpu.write(bench_gpu.fixture(), tmp_path / "fixture.json")
@@ -261,6 +300,11 @@ def test_every_cell_that_reads_the_reference_runs_against_what_bench_gpu_writes(
     monkeypatch.setenv("GPUCOURSE_SMOKE", "1")
     monkeypatch.setenv("GPUCOURSE_OFFLINE", "1")
     nb = nbformat.read(path, 4)
-    execute_notebook(nb, cwd=tmp_path, timeout=900)
+    run = cells_to_run(path)
+    for index, cell in enumerate(nb.cells):
+        if cell.cell_type == "code" and run is not None and index not in run:
+            cell.source = cell_names.imports_of(cell.source)
+    recorded = execute_notebook(nb, cwd=tmp_path, timeout=900, record=True)
+    assert recorded["read"], "no cell read the reference"
     printed = "\n".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []))
     assert "not measured on the" not in printed, "the fixture holds every declared label"

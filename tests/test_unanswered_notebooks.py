@@ -17,10 +17,9 @@ would have to find that effect by other means.
 
 from __future__ import annotations
 
-import ast
-
 import pytest
 
+import cell_names
 from conftest import COURSE, SOLUTIONS, execute_notebook, nbgrader_meta, notebook_param, notebooks, read
 
 from autograders.assemble import SKIP_TAG
@@ -55,124 +54,23 @@ def problems(nb, cells=None) -> list[str]:
     return found
 
 
-def _refs(node) -> set[str]:
-    """The module-level names evaluating ``node`` reads: in its own expressions, and the globals of the
-    functions, lambdas, classes and comprehensions in it (not their parameters or locals)."""
-    import symtable
-
-    found = set()
-    tables = [(symtable.symtable(ast.unparse(node), "<cell>", "exec"), True)]
-    while tables:
-        table, top = tables.pop()
-        found |= {s.get_name() for s in table.get_symbols() if s.is_referenced() and (top or s.is_global())}
-        tables += [(child, False) for child in table.get_children()]
-    return found
-
-
-def _bound(target) -> set[str]:
-    return {n.id for n in ast.walk(target) if isinstance(n, ast.Name)}
-
-
-def _flow(statements, bound: set[str], free: set[str], imported: set[str]) -> None:
-    """In execution order: a name read before this cell binds it is ``free`` (the cell reads the value an
-    earlier cell left); ``bound`` gathers what the cell binds at module level, ``imported`` what its imports do."""
-    for stmt in statements:
-        if isinstance(stmt, (ast.For, ast.AsyncFor)):
-            free |= _refs(stmt.iter) - bound
-            bound |= _bound(stmt.target)
-            _flow(stmt.body + stmt.orelse, bound, free, imported)
-        elif isinstance(stmt, (ast.If, ast.While)):
-            free |= _refs(stmt.test) - bound
-            _flow(stmt.body + stmt.orelse, bound, free, imported)
-        elif isinstance(stmt, (ast.With, ast.AsyncWith)):
-            for item in stmt.items:
-                free |= _refs(item.context_expr) - bound
-                bound |= _bound(item.optional_vars) if item.optional_vars is not None else set()
-            _flow(stmt.body, bound, free, imported)
-        elif isinstance(stmt, ast.Try):
-            _flow(stmt.body, bound, free, imported)
-            for handler in stmt.handlers:
-                free |= (_refs(handler.type) if handler.type is not None else set()) - bound
-                bound |= {handler.name} if handler.name else set()
-                _flow(handler.body, bound, free, imported)
-            _flow(stmt.orelse + stmt.finalbody, bound, free, imported)
-        elif isinstance(stmt, (ast.Import, ast.ImportFrom)):
-            names = {(a.asname or a.name).split(".")[0] for a in stmt.names}
-            bound |= names
-            imported |= names
-        elif isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            free |= _refs(stmt) - bound - {stmt.name}
-            bound.add(stmt.name)
-        else:  # an assignment reads its value before it binds its targets
-            free |= _refs(stmt) - bound
-            bound |= {n.id for n in ast.walk(stmt) if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load)}
-
-
-def names(source: str) -> tuple[set[str], set[str], set[str]] | None:
-    """(read, bound, imported) names of a cell: the names it reads before it binds them (in its functions
-    too: their globals), the names it binds at module level, and those its imports bind. None: not Python."""
-    from IPython.core.inputtransformer2 import TransformerManager
-
-    try:
-        tree = ast.parse(TransformerManager().transform_cell(source))
-    except SyntaxError:
-        return None
-    bound, free, imported = set(), set(), set()
-    _flow(tree.body, bound, free, imported)
-    return free, bound, imported
-
-
 def elided_cells(released, solution) -> list[int]:
     """The cells of ``released`` an unanswered run need not make: tagged ``skip-when-grading``, the same
     source as ``solution``'s cell, reading no name an answer reaches (bound by an answer cell, not by an
     import the stub keeps, or by a cell that reads such a name), and binding no name a cell that runs reads."""
     if len(released.cells) != len(solution.cells):
         return []
-    reached: set[str] = set()
-    cells = {}  # index -> (read, bound)
-    candidates = set()
-    for index, (cell, theirs) in enumerate(zip(released.cells, solution.cells)):
-        if cell.cell_type != "code":
-            continue
-        mine, solved = names(cell.source), names(theirs.source)
-        if mine is None or solved is None:  # not Python: it runs, and what it binds is unknown
-            cells[index] = (set(), set(), set())
-            continue
-        read_names, bound, imported = mine
-        cells[index] = (read_names | solved[0], bound | solved[1], imported)
-        if nbgrader_meta(cell).get("solution"):
-            reached |= (bound | solved[1]) - imported  # the stub's imports bind what the solution's do
-        elif read_names & reached or cell.source != theirs.source:
-            reached |= bound
-        elif SKIP_TAG in cell.get("metadata", {}).get("tags", []) and not nbgrader_meta(cell).get("grade"):
-            candidates.add(index)
-    changed = True
-    while changed:  # a cell that runs gets the cells that bind what it reads (the last binding before it)
-        changed = False
-        for index, (read_names, _, _) in cells.items():
-            if index in candidates:
-                continue
-            for name in read_names:
-                binders = [i for i, (_, bound, _) in cells.items() if name in bound and i < index]
-                if binders and binders[-1] in candidates and name not in imports_only(cells[binders[-1]]):
-                    candidates.discard(binders[-1])
-                    changed = True
-    return sorted(candidates)
-
-
-def imports_only(cell_names) -> set[str]:
-    """The names a cell binds by its imports alone: an elided cell's imports still run (``imports_of``)."""
-    _, bound, imported = cell_names
-    return imported
-
-
-def imports_of(source: str) -> str:
-    """The module-level import statements of a cell: all an elided cell still runs, since a cell after it
-    may use what they bind."""
-    from IPython.core.inputtransformer2 import TransformerManager
-
-    tree = ast.parse(TransformerManager().transform_cell(source))
-    return "\n".join(ast.unparse(node) for node in tree.body if isinstance(node, (ast.Import, ast.ImportFrom)))
+    cells = cell_names.of_notebook(released, solution)
+    sources = {i: cells[i][1] - cells[i][2] if cells[i] is not None else set()  # the stub's imports are the solution's
+               for i, c in enumerate(released.cells) if nbgrader_meta(c).get("solution")}
+    sources.update({i: cells[i][1] if cells[i] is not None else set() for i, (c, theirs)
+                    in enumerate(zip(released.cells, solution.cells)) if c.source != theirs.source and i not in sources})
+    affected = cell_names.reached(cells, sources)
+    candidates = {i for i, c in enumerate(released.cells) if c.cell_type == "code" and cells[i] is not None
+                  and i not in sources and i not in affected and not nbgrader_meta(c).get("grade")
+                  and SKIP_TAG in c.get("metadata", {}).get("tags", [])}
+    running = {i for i, c in enumerate(released.cells) if c.cell_type == "code"} - candidates
+    return sorted(candidates - cell_names.needed(cells, running))
 
 
 @pytest.mark.slow  # runs every released notebook unanswered: `make test`, not `make test-fast`
@@ -185,7 +83,7 @@ def test_released_notebook_runs_unanswered_with_no_traceback_outside_the_exercis
     solution_path = SOLUTIONS / path.relative_to(COURSE)
     elided = elided_cells(nb, read(solution_path))
     for index in elided:  # only its imports run (nbclient does not run a cell left empty)
-        nb.cells[index].source = imports_of(nb.cells[index].source)
+        nb.cells[index].source = cell_names.imports_of(nb.cells[index].source)
     execute_notebook(nb, tmp_path, timeout=900, allow_errors=True)
     assert all(c.execution_count for c in nb.cells if c.cell_type == "code" and c.source.strip()), \
         "some code cells did not run"
@@ -236,14 +134,14 @@ def test_a_measurement_is_elided_only_where_no_answer_reaches_it_and_no_cell_run
     released[6] = ("print(y)", "skip")
     solution[6] = ("print(y)", "skip")
     assert elided_cells(_notebook(released), _notebook(solution)) == [2, 7, 8, 10]  # r is read by no cell that runs
-    assert imports_of(solution[2][0]) == "import math\nfrom pathlib import Path"
+    assert cell_names.imports_of(solution[2][0]) == "import math\nfrom pathlib import Path"
     assert elided_cells(_notebook(released[:3]), _notebook(solution)) == []  # not the same notebook: nothing elided
 
 
 def test_names_read_are_those_a_cell_reads_before_it_binds_them():
-    read_names, bound, imported = names(
+    read_names, bound, imported = cell_names.names(
         "x = x + 1\nfor r in rows:\n    print(r)\nwith open(p) as fh:\n    t = fh.read()\n"
         "def g(a):\n    return a + G + g(a)\nclass C:\n    k = K\nq = [u * m for u in us]\nimport numpy as np\n%time n = 1")
     assert read_names == {"x", "rows", "print", "open", "p", "G", "K", "m", "us", "get_ipython"}  # the magic, as run
     assert {"x", "r", "fh", "t", "g", "C", "q", "np"} <= bound and imported == {"np"}
-    assert names("this is not python (") is None
+    assert cell_names.names("this is not python (") is None
