@@ -374,6 +374,44 @@ def test_bury_waits_while_the_killed_still_die_and_gives_up_when_none_does(monke
     assert 5.0 < clock["t"] <= 5.5 and left == dying() - {7} and len(left) == 8
 
 
+QUIET_SCRIPT = """
+import json, sys, threading, time
+from autograders.worker import audit
+from autograders.worker.runner import Quiet
+audit.install()  # as in the worker: the quiet check asks it for its canary
+quiet = Quiet()
+looks = []
+quiet._sleep = lambda seconds: looks.append(seconds)
+alone = (quiet.problems(), len(looks))
+cell = {}
+exec(compile("def spin(stop):\\n    while not stop.is_set():\\n        time.sleep(0.001)\\n", "<cell 3>", "exec"),
+     {"time": time}, cell)
+stop = threading.Event()
+spinning = threading.Thread(target=cell["spin"], args=(stop,))
+spinning.start()
+idle = threading.Thread(target=threading.Event().wait, args=(60,), daemon=True)
+idle.start()
+found = (quiet.problems(), len(looks) - alone[1])
+stop.set()
+spinning.join()
+print(json.dumps({"alone": alone, "found": found, "after": quiet.problems()}))
+"""
+
+
+def test_quiet_looks_at_threads_only_where_another_runs_and_still_finds_one_on_the_cells():
+    """Alone in its process the worker's quiet check takes no looks (no other thread can run code of the
+    cells); with threads it looks, finds the one running a cell's function, not the idle library one, and
+    nothing once that one ended."""
+    done = subprocess.run([sys.executable, "-c", QUIET_SCRIPT], capture_output=True, text=True, timeout=120,
+                          cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert done.returncode == 0, done.stderr[-2000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["alone"] == [[], 0]
+    problems, looks = result["found"]
+    assert problems == ["1 threads were left running code of the cells"] and looks == 5
+    assert result["after"] == []
+
+
 @pytest.mark.slow  # starts sandbox workers, pools or ranks many times (10-25 s): `make test`, not `make test-fast`
 def test_runner_sees_the_cpu_time_the_worker_spent_on_each_observer_from_outside_it():
     """An observer that spins in the worker, and one whose spinning runs in a child process: the

@@ -232,6 +232,8 @@ class Quiet:
         """Threads but this one that run the cells' code, or whose target was defined in a cell, in any
         of a few looks a few milliseconds apart."""
         found = set()
+        if len(self._frames()) == 1:  # this thread alone: no other can run code of the cells, or start to
+            return 0
         for _ in range(samples):
             for ident, frame in self._frames().items():
                 if ident != self._get_ident() and ident not in found and _runs_cells(frame):
