@@ -389,20 +389,21 @@ def _record_note(target: Path) -> Path:
     return target.with_name(f".{target.name}.recorded.json")
 
 
-def forked_cells(path: Path) -> list[int]:
-    """The cells of solution notebook ``path`` in which its kernel's own process forked, in this pytest run's
-    execution of it (``executed_solution``, which runs it if no worker has; raises NotebookFailed if it failed)."""
+def recorded_cells(path: Path, kind: str) -> list[int]:
+    """The cells of solution notebook ``path`` in which ``RECORDER`` saw ``kind`` ("fork": its kernel's own process
+    forked; "read": it read a GPU reference file), in this pytest run's execution of it (``executed_solution``,
+    which runs it if no worker has; raises NotebookFailed if it failed)."""
     path = Path(path)
     executed_solution(path)
-    return json.loads(_record_note(EXECUTED / path.relative_to(SOLUTIONS)).read_text())["fork"]
+    return json.loads(_record_note(EXECUTED / path.relative_to(SOLUTIONS)).read_text())[kind]
+
+
+def forked_cells(path: Path) -> list[int]:
+    return recorded_cells(path, "fork")
 
 
 def reference_cells(path: Path) -> list[int]:
-    """The cells of solution notebook ``path`` that read a GPU reference file, in this pytest run's execution of
-    it (``executed_solution``, which runs it if no worker has; raises NotebookFailed if it failed)."""
-    path = Path(path)
-    executed_solution(path)
-    return json.loads(_record_note(EXECUTED / path.relative_to(SOLUTIONS)).read_text())["read"]
+    return recorded_cells(path, "read")
 
 
 def save_executed(source: Path, nb) -> Path:

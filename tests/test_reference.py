@@ -14,6 +14,7 @@ matplotlib.use("Agg")
 import nbformat
 import pytest
 
+import cell_names
 from conftest import notebook_param
 from gpucourse import bench_gpu
 from gpucourse import reference as R
@@ -268,7 +269,6 @@ def cells_to_run(path: Path) -> set[int] | None:
     those that read a name such a cell binds (the reference it loaded, values taken from it), and the cells
     they need (``cell_names.needed``). The others read no reference: they run as in the solution run, and
     only their imports run here. None (all of them) where that run failed."""
-    import cell_names
     from conftest import NotebookFailed, reference_cells
 
     try:
@@ -291,7 +291,6 @@ def test_every_cell_that_reads_the_reference_runs_against_what_bench_gpu_writes(
     reads and bench-gpu does not write raises in its cell. (The CPU branches here; `make test-gpu` runs
     the GPU branches against the shipped reference.) Only the cells that read the reference, and those they
     need, run (``cells_to_run``); at least one of them reads it here too."""
-    import cell_names
     from conftest import execute_notebook
 
     fixture = bench_gpu.write(bench_gpu.fixture(), tmp_path / "fixture.json")
@@ -301,9 +300,8 @@ def test_every_cell_that_reads_the_reference_runs_against_what_bench_gpu_writes(
     monkeypatch.setenv("GPUCOURSE_OFFLINE", "1")
     nb = nbformat.read(path, 4)
     run = cells_to_run(path)
-    for index, cell in enumerate(nb.cells):
-        if cell.cell_type == "code" and run is not None and index not in run:
-            cell.source = cell_names.imports_of(cell.source)
+    if run is not None:
+        cell_names.elide(nb, [i for i, c in enumerate(nb.cells) if c.cell_type == "code" and i not in run])
     recorded = execute_notebook(nb, cwd=tmp_path, timeout=900, record=True)
     assert recorded["read"], "no cell read the reference"
     printed = "\n".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []))
