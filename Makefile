@@ -102,8 +102,8 @@ lint: install
 # capability, versions, date, commit) in bench/results/reference-quick.json, refused unless every
 # measurement of gpucourse.reference.MEASUREMENTS is measured or absent with a reason. The bench runs
 # after the tests (not beside them: it times the GPU) and even when they fail; either failing fails the target.
-GPU_TESTS := tests/test_notebooks.py tests/test_notebooks_accelerator_cells.py tests/test_cuda.py tests/test_transfer.py \
-  tests/test_amp.py tests/test_profiling.py tests/test_bench_gpu.py
+GPU_TESTS := tests/test_notebooks.py tests/test_notebooks_accelerator_cells.py tests/test_cpu_gpu_cuda.py tests/test_moving_data.py \
+  tests/test_mixed_precision.py tests/test_profiling.py tests/test_bench_gpu.py
 GPU_XDIST ?= -n 8 --dist loadgroup
 test-gpu: install
 	@GPUCOURSE_SMOKE=1 GPUCOURSE_OFFLINE=1 GPUCOURSE_REQUIRE=cuda $(BIN)/python -m pytest -rs -m "not bench" \

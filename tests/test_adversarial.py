@@ -120,7 +120,7 @@ SKIPS_FIRST_LINE = OFF_BY_ONE_DATASET.replace("+ 1)", ")").replace("if line.stri
 
 # Code left running after its cell, each way re-applying a patch (by a route the scan does not see)
 # while the observers run: PATCHED_IDENTITY's wrong answer would then pass every parallel_map check.
-REAPPLY = PATCHED_IDENTITY + "import gpucourse.parallel as helpers\n_set = setattr\n" \
+REAPPLY = PATCHED_IDENTITY + "import gpucourse.processes_threads as helpers\n_set = setattr\n" \
     "def reapply(*args):\n    _set(helpers, 'worker_identity', forged_identity)\n"
 LEFT_RUNNING = {
     "thread": "import threading, time\ndef keep():\n    while True:\n        reapply()\n        time.sleep(0.0005)\n"
@@ -241,22 +241,22 @@ def _attacks(paths: dict[str, Path]) -> dict[str, dict]:
                               "max": zero, "flag": "IPython hooks"},
         # --- patches of what the observers call, each by another route: each would score full if it
         # reached the observers; each is undone after the cell, and zeroes the submission (forgery)
-        "patched_course_helpers": {"nb": unanswered(parallel_map=PATCHED_IDENTITY + "import gpucourse.parallel\n"
-                                                    "gpucourse.parallel.worker_identity = forged_identity\n"),
-                                   "max": zero, "flag": "patches `gpucourse.parallel.worker_identity`", "forgery": True},
-        "setattr_on_module_alias": {"nb": unanswered(parallel_map=PATCHED_IDENTITY + "import gpucourse.parallel as helpers\n"
+        "patched_course_helpers": {"nb": unanswered(parallel_map=PATCHED_IDENTITY + "import gpucourse.processes_threads\n"
+                                                    "gpucourse.processes_threads.worker_identity = forged_identity\n"),
+                                   "max": zero, "flag": "patches `gpucourse.processes_threads.worker_identity`", "forgery": True},
+        "setattr_on_module_alias": {"nb": unanswered(parallel_map=PATCHED_IDENTITY + "import gpucourse.processes_threads as helpers\n"
                                                      "setattr(helpers, 'worker_identity', forged_identity)\n"),
-                                    "max": zero, "flag": "patches `gpucourse.parallel.worker_identity`", "forgery": True},
-        "vars_of_module": {"nb": unanswered(parallel_map=PATCHED_IDENTITY + "import gpucourse.parallel\n"
-                                            "vars(gpucourse.parallel)['worker_identity'] = forged_identity\n"),
-                           "max": zero, "flag": "patches `gpucourse.parallel.__dict__", "forgery": True},
-        "import_as_then_assign": {"nb": unanswered(parallel_map=PATCHED_IDENTITY + "from gpucourse import parallel as p\n"
+                                    "max": zero, "flag": "patches `gpucourse.processes_threads.worker_identity`", "forgery": True},
+        "vars_of_module": {"nb": unanswered(parallel_map=PATCHED_IDENTITY + "import gpucourse.processes_threads\n"
+                                            "vars(gpucourse.processes_threads)['worker_identity'] = forged_identity\n"),
+                           "max": zero, "flag": "patches `gpucourse.processes_threads.__dict__", "forgery": True},
+        "import_as_then_assign": {"nb": unanswered(parallel_map=PATCHED_IDENTITY + "from gpucourse import processes_threads as p\n"
                                                    "helpers = p\nhelpers.worker_identity = forged_identity\n"),
-                                  "max": zero, "flag": "patches `gpucourse.parallel.worker_identity`", "forgery": True},
+                                  "max": zero, "flag": "patches `gpucourse.processes_threads.worker_identity`", "forgery": True},
         "patched_observer_helper": {"nb": unanswered(lines_dataset=SKIPS_FIRST_LINE +
-                                                     "import gpucourse\nfrom gpucourse.parallel import write_int_lines as real\n"
-                                                     "gpucourse.parallel.write_int_lines = lambda path, values: real(path, [0, *values])\n"),
-                                    "max": zero, "flag": "patches `gpucourse.parallel.write_int_lines`", "forgery": True},
+                                                     "import gpucourse\nfrom gpucourse.processes_threads import write_int_lines as real\n"
+                                                     "gpucourse.processes_threads.write_int_lines = lambda path, values: real(path, [0, *values])\n"),
+                                    "max": zero, "flag": "patches `gpucourse.processes_threads.write_int_lines`", "forgery": True},
         "patched_torch_method": {"nb": unanswered(lines_dataset=OFF_BY_ONE_DATASET +
                                                   "torch.Tensor.__int__ = lambda self: round(self.item()) - 1\n"),
                                  "max": zero, "flag": "patches `torch.Tensor.__int__`", "forgery": True},
@@ -266,11 +266,11 @@ def _attacks(paths: dict[str, Path]) -> dict[str, dict]:
             "max": zero, "flag": "imports the checks' `gpucourse.checks.ddp`", "forgery": True,
             "output": {"average_across_ranks": ["gpucourse.checks.ddp is not available while grading"]}},
         "import_module_of_checks": {"nb": unanswered(average_across_ranks=_wrong_ranks_launching(
-            reference["average_across_ranks"], "import importlib\nlesson = importlib.import_module('gpucourse.checks.' + 'lesson01')\n"
+            reference["average_across_ranks"], "import importlib\nlesson = importlib.import_module('gpucourse.checks.' + 'lesson01_processes_threads')\n"
             "launches = lesson.judge_script_ran.__globals__\n"
             "launches['run_exercise_script'] = launch_the_reference(launches['run_exercise_script'])\n")),
-            "max": zero, "flag": "reaches the checks' `gpucourse.checks.lesson01`", "forgery": True,
-            "output": {"average_across_ranks": ["gpucourse.checks.lesson01 is not available while grading"]}},
+            "max": zero, "flag": "reaches the checks' `gpucourse.checks.lesson01_processes_threads`", "forgery": True,
+            "output": {"average_across_ranks": ["gpucourse.checks.lesson01_processes_threads is not available while grading"]}},
         # the grader's sandbox side is closed to the cells too: a right answer that must first reach the
         # runner (its FREEZE, its snapshot) through a name the scan cannot read
         "imports_the_worker": {"nb": unanswered(parallel_map="import importlib\n"
@@ -279,13 +279,13 @@ def _attacks(paths: dict[str, Path]) -> dict[str, dict]:
                                "max": zero, "output": {"parallel_map": ["autograders is not available while grading"]}},
         # no public check module holds an answer any more; this one stands for it: a right answer that
         # needs an import from one
-        "oracle_from_check_module": {"nb": unanswered(parallel_map="from gpucourse.checks.lesson01 import drive_average_across_ranks\n"
+        "oracle_from_check_module": {"nb": unanswered(parallel_map="from gpucourse.checks.lesson01_processes_threads import drive_average_across_ranks\n"
                                                       + reference["parallel_map"]),
-                                     "max": zero, "flag": "imports the checks' `gpucourse.checks.lesson01`", "forgery": True,
-                                     "output": {"parallel_map": ["gpucourse.checks.lesson01 is not available while grading"]}},
+                                     "max": zero, "flag": "imports the checks' `gpucourse.checks.lesson01_processes_threads`", "forgery": True,
+                                     "output": {"parallel_map": ["gpucourse.checks.lesson01_processes_threads is not available while grading"]}},
         "forgery_beside_right_answers": {"nb": answered(choose_tools=reference["choose_tools"] +
-                                                        "\nimport gpucourse.parallel\ngpucourse.parallel.square = lambda x: x * x\n"),
-                                         "max": zero, "zeroed": True, "flag": "patches `gpucourse.parallel.square`", "forgery": True},
+                                                        "\nimport gpucourse.processes_threads\ngpucourse.processes_threads.square = lambda x: x * x\n"),
+                                         "max": zero, "zeroed": True, "flag": "patches `gpucourse.processes_threads.square`", "forgery": True},
         "patched_builtins": {"nb": unanswered(parallel_map="import builtins\nbuiltins.isinstance = lambda *a: True\nbuiltins.AssertionError = type('Never', (Exception,), {})\n"
                                                            "def parallel_map(fn, items, kind, workers=None):\n    return [1, 4, 9]"),
                              "max": zero, "flag": "patches `builtins.isinstance`", "forgery": True},

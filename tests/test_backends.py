@@ -177,7 +177,7 @@ def test_labels_read_the_backend_from_the_records():
 
 
 def test_lesson_13s_check_starts_gloo_for_its_cpu_model_with_gpus_present(monkeypatch):
-    from gpucourse.checks.lesson13 import drive_sharded_adam
+    from gpucourse.checks.lesson13_sharded_data_parallel import drive_sharded_adam
 
     pretend(monkeypatch, 8)
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
@@ -208,8 +208,8 @@ sys.exit(demo.main())
 """
 
 
-@pytest.mark.parametrize("module, demo", [("gpucourse.sharding", ["collectives", "--numel", "10"]),
-                                          ("gpucourse.comms", ["sweep", "--smallest", "4096", "--largest", "4096",
+@pytest.mark.parametrize("module, demo", [("gpucourse.sharded_data_parallel", ["collectives", "--numel", "10"]),
+                                          ("gpucourse.communication", ["sweep", "--smallest", "4096", "--largest", "4096",
                                                                "--repeats", "1"])])
 @pytest.mark.slow  # a torchrun launch per lesson demo (about 18 s each): `make test`, not `make test-fast`
 def test_lesson_demos_run_on_gloo_with_cpu_tensors_when_gpus_are_reported(tmp_path, module, demo):
@@ -220,7 +220,7 @@ def test_lesson_demos_run_on_gloo_with_cpu_tensors_when_gpus_are_reported(tmp_pa
     assert run.returncode == 0, run.output[-4000:]
     reports = list(launch.read_rank_reports(out).values())
     assert [r["backend"] for r in reports] == ["gloo", "gloo"]
-    if module == "gpucourse.sharding":
+    if module == "gpucourse.sharded_data_parallel":
         assert all(r["equal"] for r in reports)
 
 

@@ -121,7 +121,7 @@ def test_tf32_sets_matmul_and_cudnn_apart_and_restores_them():
 
 
 def test_pageable_sources_are_written_before_they_are_timed():
-    from gpucourse import transfer
+    from gpucourse import moving_data as transfer
 
     assert bench_gpu.filled_host is transfer.filled_host  # the bench's copies use lesson 5's buffers
     buffer = bench_gpu.filled_host(1, pinned=False)

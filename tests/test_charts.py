@@ -13,7 +13,7 @@ import pytest
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from gpucourse import parallel as P  # noqa: E402
+from gpucourse import processes_threads as P  # noqa: E402
 from gpucourse import reference  # noqa: E402
 
 HARDWARE = "Test CPU 9000, 2 logical CPUs"
@@ -71,7 +71,7 @@ def test_lesson1_loader_chart():
 
 
 def test_lesson8_recompilation_chart_names_what_was_not_measured_yet():
-    from gpucourse import xla as X
+    from gpucourse import tpus_xla as X
 
     runs = [X.CompileRun(graphs=k, seconds=0.1 * k) for k in (1, 2, 4)]
     fig = X.plot_recompilation([1, 2, 4], {"pad to longest": runs, "pad to buckets": []}, 16, hardware=HARDWARE)
@@ -82,7 +82,7 @@ def test_lesson8_recompilation_chart_names_what_was_not_measured_yet():
 
 
 def test_lesson10_rank_grid_says_it_is_simulated():
-    from gpucourse import cluster as C
+    from gpucourse import beyond_one_machine as C
 
     fig = C.draw_rank_grid(2, 2)
     assert "simulated" in fig.axes[0].get_title()
@@ -92,7 +92,7 @@ def test_lesson10_rank_grid_says_it_is_simulated():
 @pytest.fixture(scope="module")
 def air():
     pytest.importorskip("darts")
-    from gpucourse import forecasting as F
+    from gpucourse import darts_forecasting as F
 
     F.write_air_passengers()
     from darts.datasets import AirPassengersDataset
@@ -101,7 +101,7 @@ def air():
 
 
 def test_lesson9_series_and_fit_time_charts(air):
-    from gpucourse import forecasting as F
+    from gpucourse import darts_forecasting as F
 
     fig = F.plot_air_passengers(air)
     assert_labelled(fig, hardware=None)
@@ -115,7 +115,7 @@ def test_lesson9_series_and_fit_time_charts(air):
 def test_lesson9_a_flat_forecast_says_why_and_a_seasonal_one_does_not(air):
     from darts import TimeSeries
 
-    from gpucourse import forecasting as F
+    from gpucourse import darts_forecasting as F
 
     _, val = air.split_after(0.8)
     flat = TimeSeries.from_times_and_values(val.time_index, val.values() * 0 + float(val.values().mean()))
@@ -134,7 +134,7 @@ def test_lesson9_darts_errors_caught_on_purpose_are_not_logged(air, caplog):
     from darts import TimeSeries
     from darts.metrics import mape
 
-    from gpucourse import forecasting as F
+    from gpucourse import darts_forecasting as F
 
     zero = TimeSeries.from_values(np.array([1.0, 0.0, 2.0]))
 
@@ -157,7 +157,7 @@ def test_a_beside_chart_says_the_runs_size_and_load_and_where_it_contradicts_its
     load average over this machine's CPUs, and, where this run's ratio says the opposite of the text, so."""
     import os
 
-    from gpucourse import amp, timing
+    from gpucourse import mixed_precision as amp, timing
 
     monkeypatch.setattr(os, "getloadavg", lambda: (7.5, 1.0, 1.0))
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1})

@@ -417,7 +417,7 @@ def test_runner_sees_the_cpu_time_the_worker_spent_on_each_observer_from_outside
     """An observer that spins in the worker, and one whose spinning runs in a child process: the
     supervisor's /proc reading of the worker counts the first and not the second."""
     spin = "def observe(ns):\n    import time\n    end = time.thread_time() + 0.4\n    while time.thread_time() < end:\n        pass\n"
-    child = ("def observe(ns):\n    import multiprocessing\n    from gpucourse.parallel import square_chain\n"
+    child = ("def observe(ns):\n    import multiprocessing\n    from gpucourse.processes_threads import square_chain\n"
              "    with multiprocessing.get_context('fork').Pool(1) as pool:\n        return pool.map(square_chain, [(1, 3, 30_000)])\n")
     records = _run_runner({"cells": [{"source": "x = 1", "grade_id": None}],
                            "observers": [{"case": "here", "source": spin, "function": "observe"},
@@ -434,7 +434,7 @@ def test_lesson01_trapdoor_gives_each_square_chain_and_the_judge_wants_the_work_
     import random
 
     from autograders import engine
-    from gpucourse.parallel import MODULUS, square_chain
+    from gpucourse.processes_threads import MODULUS, square_chain
 
     hidden = engine.load_checks("lesson01_processes_threads")
     p, q = hidden._PRIME_P, hidden._PRIME_Q
@@ -512,20 +512,22 @@ def test_supervisor_flags_once_when_it_cannot_read_the_workers_cpu_time(monkeypa
 
 @pytest.mark.slow  # starts sandbox workers, pools or ranks many times (10-25 s): `make test`, not `make test-fast`
 def test_runner_closes_the_checks_to_cells_and_undoes_patches_before_observers():
-    patches = ("import torch, gpucourse.xla, gpucourse.parallel\n"
+    patches = ("import torch, gpucourse.tpus_xla, gpucourse.processes_threads\n"
                "torch.Tensor.tolist = lambda self: ['forged']\n"
-               "gpucourse.xla.count_host_reads = None\n"
-               "vars(gpucourse.parallel)['square'] = lambda x: 'forged'\n"
-               "gpucourse.parallel.worker_identity.__defaults__ = (99,)\n"
+               "gpucourse.tpus_xla.count_host_reads = None\n"
+               "vars(gpucourse.processes_threads)['square'] = lambda x: 'forged'\n"
+               "gpucourse.processes_threads.worker_identity.__defaults__ = (99,)\n"
                "import os\nos.environ['PYTHONPATH'] = '/forged'\n")
-    observer = ("def observe(ns):\n    import os, torch, gpucourse.xla\n    from gpucourse.parallel import square, worker_identity\n"
-                "    from gpucourse.checks.lesson01 import ASSIGNMENT\n"
-                "    return {'tolist': torch.zeros(1).tolist(), 'reads': callable(gpucourse.xla.count_host_reads),\n"
+    observer = ("def observe(ns):\n    import os, torch, gpucourse.tpus_xla\n"
+                "    from gpucourse.processes_threads import square, worker_identity\n"
+                "    from gpucourse.checks.lesson01_processes_threads import ASSIGNMENT\n"
+                "    return {'tolist': torch.zeros(1).tolist(), 'reads': callable(gpucourse.tpus_xla.count_host_reads),\n"
                 "            'square': square(3), 'defaults': worker_identity.__defaults__, 'path': os.environ.get('PYTHONPATH'),\n"
                 "            'assignment': ASSIGNMENT, 'tolist_in_cell': ns['seen']}\n")
     records = _run_runner({
         "cells": [{"source": patches + "seen = torch.zeros(1).tolist()", "grade_id": "x"},
-                  {"source": "import importlib\nimportlib.import_module('gpucourse.checks.' + 'lesson01')", "grade_id": "y"},
+                  {"source": "import importlib\nimportlib.import_module('gpucourse.checks.' + 'lesson01_processes_threads')",
+                   "grade_id": "y"},
                   {"source": "from gpucourse.checks import check\ncheck('parallel_map')", "grade_id": "z"},
                   {"source": "import importlib\nimportlib.import_module('autograders.worker.' + 'runner')", "grade_id": "w"},
                   {"source": "import sys\nprint(sorted(m for m in sys.modules if m.startswith('autograders')))", "grade_id": "v"}],
@@ -533,7 +535,7 @@ def test_runner_closes_the_checks_to_cells_and_undoes_patches_before_observers()
         "cell_seconds": 60, "observe_seconds": 60})
     cells = [r for r in records if r["type"] == "cell"]
     assert cells[0]["error"] is None
-    assert cells[1]["error"] == "ImportError: gpucourse.checks.lesson01 is not available while grading"
+    assert cells[1]["error"] == "ImportError: gpucourse.checks.lesson01_processes_threads is not available while grading"
     assert cells[2]["error"] is None and "skipped while grading" in cells[2]["output"]
     assert cells[3]["error"] == "ImportError: autograders is not available while grading"  # the runner itself
     assert cells[4]["error"] is None and cells[4]["output"] == "[]\n"
@@ -543,28 +545,31 @@ def test_runner_closes_the_checks_to_cells_and_undoes_patches_before_observers()
 
 
 ATTACKS = {  # an answer's code -> the forgery reason the scan must give
-    "from gpucourse.checks.lesson10 import lightning_slurm_ranks as slurm_ranks": "imports the checks' `gpucourse.checks.lesson10`",
+    "from gpucourse.checks.lesson10_beyond_one_machine import lightning_slurm_ranks as slurm_ranks":
+        "imports the checks' `gpucourse.checks.lesson10_beyond_one_machine`",
     "import gpucourse.checks": "imports the checks' `gpucourse.checks`",
     "from gpucourse import checks": "imports the checks' `gpucourse.checks`",
     "from gpucourse.checks import check as c": "imports the checks' `gpucourse.checks` (check)",
     "from gpucourse.checks import check, answer": "imports the checks' `gpucourse.checks` (check, answer)",
     "from gpucourse.checks import check\ncheck.__globals__['PUBLIC']": "reaches the checks' `gpucourse.checks.check.__globals__",
     "import gpucourse\nc = getattr(gpucourse, 'checks')": "reaches the checks' `gpucourse.checks`",
-    "import importlib\nimportlib.import_module('gpucourse.checks.' + 'lesson01')": "gpucourse.checks.lesson01",
-    "__import__(f'gpucourse.checks.lesson01')": "names the checks' `gpucourse.checks.lesson01`",
-    "import sys\nsys.modules['gpucourse.checks.lesson10'].x = 1": "gpucourse.checks.lesson10",
+    "import importlib\nimportlib.import_module('gpucourse.checks.' + 'lesson01_processes_threads')":
+        "gpucourse.checks.lesson01_processes_threads",
+    "__import__(f'gpucourse.checks.lesson01_processes_threads')": "names the checks' `gpucourse.checks.lesson01_processes_threads`",
+    "import sys\nsys.modules['gpucourse.checks.lesson10_beyond_one_machine'].x = 1": "gpucourse.checks.lesson10_beyond_one_machine",
     "import engine": "imports the grader's `engine`",
     "from autograders import assemble": "imports the grader's `autograders`",
     "from autograders.worker import runner": "imports the grader's `autograders.worker`",
     "import zygote": "imports the grader's `zygote`",  # every grader module by its bare name, found, not listed
     "import importlib\nimportlib.import_module('supervisor')": "the grader's `supervisor`",
     "from nbgrader.preprocessors import ClearSolutions": "imports the grader's `nbgrader.preprocessors`",
-    "import gpucourse.parallel\ngpucourse.parallel.worker_identity = print": "patches `gpucourse.parallel.worker_identity`",
-    "import gpucourse.parallel as p\nsetattr(p, 'square', print)": "patches `gpucourse.parallel.square`",
-    "from gpucourse import xla\nm = xla\nm.count_host_reads = None": "patches `gpucourse.xla.count_host_reads`",
-    "import gpucourse.xla\ndel gpucourse.xla.count_host_reads": "patches `gpucourse.xla.count_host_reads`",
-    "import gpucourse.xla as x\nx.__dict__['count_host_reads'] = None": "patches `gpucourse.xla.__dict__[...]`",
-    "import gpucourse.xla\nvars(gpucourse.xla).update(count_host_reads=None)": "patches `gpucourse.xla.__dict__[...]`",
+    "import gpucourse.processes_threads\ngpucourse.processes_threads.worker_identity = print":
+        "patches `gpucourse.processes_threads.worker_identity`",
+    "import gpucourse.processes_threads as p\nsetattr(p, 'square', print)": "patches `gpucourse.processes_threads.square`",
+    "from gpucourse import tpus_xla\nm = tpus_xla\nm.count_host_reads = None": "patches `gpucourse.tpus_xla.count_host_reads`",
+    "import gpucourse.tpus_xla\ndel gpucourse.tpus_xla.count_host_reads": "patches `gpucourse.tpus_xla.count_host_reads`",
+    "import gpucourse.tpus_xla as x\nx.__dict__['count_host_reads'] = None": "patches `gpucourse.tpus_xla.__dict__[...]`",
+    "import gpucourse.tpus_xla\nvars(gpucourse.tpus_xla).update(count_host_reads=None)": "patches `gpucourse.tpus_xla.__dict__[...]`",
     "import torch\ntorch.Tensor.tolist = lambda self: [1]": "patches `torch.Tensor.tolist`",
     "from torch import Tensor as T\nT.__int__ = int": "patches `torch.Tensor.__int__`",
     "import torch\nt = torch.zeros(1)\ntype(t).item = None": "patches `type(t).item`",
@@ -650,7 +655,7 @@ def test_scans_in_threads_at_once_never_fail():
 
 
 def test_scan_follows_python_scoping_of_imported_names():
-    context = ["import gpucourse.xla as X\nimport torch"]  # a released cell's imports
+    context = ["import gpucourse.tpus_xla as X\nimport torch"]  # a released cell's imports
 
     def forgery(code):
         return assemble.scan({"answer": code}, context)[0]
@@ -660,7 +665,7 @@ def test_scan_follows_python_scoping_of_imported_names():
         assert forgery(own) == [], own
     for patch in ["X.count_host_reads = None\nX = 0", "if False:\n    X = 0\nX.count_host_reads = None",
                   "def f():\n    X.count_host_reads = None", "def f():\n    global X\n    X = 0\n    X.count_host_reads = None",
-                  "X = 0\nfor i in range(2):\n    X.count_host_reads = None\n    X = gpucourse_xla = __import__('gpucourse.xla')"]:
+                  "X = 0\nfor i in range(2):\n    X.count_host_reads = None\n    X = gpucourse_xla = __import__('gpucourse.tpus_xla')"]:
         assert forgery(patch), patch
 
 

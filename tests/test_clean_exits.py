@@ -40,7 +40,7 @@ def _lightning_driver(folder: Path):
     fixture = ROOT / "tests/fixtures/lesson07_ddp_scripts/right/synced_metrics__torchmetrics_objects.py"
     (folder / "student.py").write_text(fixture.read_text())
     done = torchrun(["-m", "gpucourse.checks.ddp_harness", str(folder / "student.py"), str(folder),
-                     "gpucourse.checks.lesson07:drive_synced_metrics"], nproc=2, timeout=300, cwd=folder)
+                     "gpucourse.checks.lesson07_ddp_scripts:drive_synced_metrics"], nproc=2, timeout=300, cwd=folder)
     return done.returncode, done.output
 
 
@@ -56,14 +56,14 @@ def _darts_ddp(folder: Path):
 # harness that runs lessons 1, 7 and 13's script exercises).
 DEMOS = {
     "ddp_scripts": _torchrun("-m", "gpucourse.ddp_scripts", "--steps", "2", "--per-rank", "4", "--hidden", "8"),
-    "sharding-collectives": _torchrun("-m", "gpucourse.sharding", "collectives", "--numel", "10", nproc=3),
-    "sharding-memory": _torchrun("-m", "gpucourse.sharding", "memory", "--width", "32", "--steps", "2"),
-    "sharding-tensor": _torchrun("-m", "gpucourse.sharding", "tensor"),
-    "sharding-pipeline": _torchrun("-m", "gpucourse.sharding", "pipeline", "--width", "32", "--rows", "8"),
-    "comms-sweep": _torchrun("-m", "gpucourse.comms", "sweep", "--smallest", "4096", "--largest", "16384",
+    "sharding-collectives": _torchrun("-m", "gpucourse.sharded_data_parallel", "collectives", "--numel", "10", nproc=3),
+    "sharding-memory": _torchrun("-m", "gpucourse.sharded_data_parallel", "memory", "--width", "32", "--steps", "2"),
+    "sharding-tensor": _torchrun("-m", "gpucourse.sharded_data_parallel", "tensor"),
+    "sharding-pipeline": _torchrun("-m", "gpucourse.sharded_data_parallel", "pipeline", "--width", "32", "--rows", "8"),
+    "comms-sweep": _torchrun("-m", "gpucourse.communication", "sweep", "--smallest", "4096", "--largest", "16384",
                              "--repeats", "2"),
-    "comms-plans": _torchrun("-m", "gpucourse.comms", "plans", "--widths", "16", "--repeats", "2"),
-    "resilience-save": lambda folder: _torchrun("-m", "gpucourse.resilience", "save", "--ckpt", str(folder / "ckpt"),
+    "comms-plans": _torchrun("-m", "gpucourse.communication", "plans", "--widths", "16", "--repeats", "2"),
+    "resilience-save": lambda folder: _torchrun("-m", "gpucourse.checkpoints", "save", "--ckpt", str(folder / "ckpt"),
                                                 "--width", "16", "--steps", "2", "--more", "1")(folder),
     "harness-lightning": _lightning_driver,
     "darts_ddp": _darts_ddp,

@@ -45,8 +45,9 @@ def example_assignment(files: dict[str, str]) -> str:
 def test_every_file_the_example_names_is_written_out_whole():
     files = blocks()
     aid = example_assignment(files)
-    number = re.match(r"lesson(\d+)_", aid).group(1)
-    wanted = [f"src/gpucourse/checks/lesson{number}.py", f"autograders/checks/{aid}.py"]
+    slug = aid.split("_", 1)[1]
+    wanted = [f"src/gpucourse/checks/{aid}.py", f"autograders/checks/{aid}.py", f"src/gpucourse/{slug}.py",
+              f"tests/test_{slug}.py", f"solutions/{aid}/{slug}.ipynb"]
     assert all(p in files for p in wanted), f"missing blocks: {set(wanted) - set(files)}"
     fixtures = [Path(p) for p in files if p.startswith(f"tests/fixtures/{aid}/")]
     assert sum(p.parent.name == "wrong" for p in fixtures) >= 3 and sum(p.parent.name == "right" for p in fixtures) >= 2
@@ -67,11 +68,38 @@ def test_the_example_collides_with_no_lesson():
     number = int(re.match(r"lesson(\d+)_", aid).group(1))
     assert number >= 20, f"lesson {number}: lessons below 20 are real or being written"
     taken = {int(m.group(1)) for p in (ROOT / "solutions").iterdir() if (m := re.match(r"lesson(\d+)_", p.name))}
-    taken |= {int(p.stem[6:]) for p in (ROOT / "src/gpucourse/checks").glob("lesson*.py") if p.stem[6:].isdigit()}
+    taken |= {int(m.group(1)) for p in (ROOT / "src/gpucourse/checks").glob("lesson*.py") if (m := re.match(r"lesson(\d+)_", p.stem))}
     taken |= {int(m.group(1)) for p in (ROOT / "tests/fixtures").iterdir() if (m := re.match(r"lesson(\d+)_", p.name))}
     assert number not in taken, f"lesson {number} exists"
     existing = [p for p in files if (ROOT / p).exists()]
     assert not existing, f"following CONTRIBUTING.md would overwrite {existing}"
+
+
+def test_every_lesson_is_named_after_itself():
+    """CONTRIBUTING.md's one naming scheme holds for every lesson: the assignment ``lessonNN_<slug>`` names its
+    folders and check modules, the slug its notebook, helper module and tests."""
+    lessons = sorted(p.name for p in (ROOT / "solutions").iterdir() if re.match(r"lesson\d\d_", p.name))
+    assert len(lessons) >= 19
+    for aid in lessons:
+        slug = aid.split("_", 1)[1]
+        wanted = [f"solutions/{aid}/{slug}.ipynb", f"src/gpucourse/{slug}.py", f"tests/test_{slug}.py",
+                  f"src/gpucourse/checks/{aid}.py", f"autograders/checks/{aid}.py", f"tests/fixtures/{aid}"]
+        missing = [w for w in wanted if not (ROOT / w).exists()]
+        assert not missing, f"{aid}: CONTRIBUTING.md's names are missing: {missing}"
+    checks = {p.stem for p in (ROOT / "src/gpucourse/checks").glob("lesson*.py")}
+    assert checks == set(lessons), f"check modules named after no lesson: {checks ^ set(lessons)}"
+
+
+def test_a_notebook_from_before_the_rename_still_imports_its_helper_and_is_told_the_new_name():
+    import gpucourse
+
+    with pytest.warns(FutureWarning, match=r"gpucourse.parallel is now gpucourse.processes_threads"):
+        from gpucourse import parallel
+    assert parallel.__name__ == "gpucourse.processes_threads"
+    assert all((ROOT / "src/gpucourse" / f"{new}.py").exists() and not (ROOT / "src/gpucourse" / f"{old}.py").exists()
+               for old, new in gpucourse.RENAMED.items())
+    with pytest.raises(ImportError):
+        from gpucourse import no_such_lesson  # noqa: F401
 
 
 def _copy_tracked(to: Path) -> None:

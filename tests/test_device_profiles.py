@@ -181,7 +181,7 @@ def test_the_preamble_picks_a_device_that_can_run(profile, machine):
 
 @pytest.mark.parametrize("profile", list(EXPECTED))
 def test_autocast_and_recipes_are_labelled_with_what_the_device_runs(profile, machine):
-    from gpucourse import amp
+    from gpucourse import mixed_precision as amp
 
     machine(profile)
     nvml_checked()
@@ -231,7 +231,7 @@ def test_matmul_precisions_are_measured_only_as_labelled(profile, machine, monke
 
 @pytest.mark.parametrize("profile", list(EXPECTED))
 def test_the_other_helpers_that_ask_the_device(profile, machine):
-    from gpucourse import bench, cuda, kernels, transfer
+    from gpucourse import bench, cpu_gpu_cuda as cuda, kernels, moving_data as transfer
 
     machine(profile)
     nvml_checked()

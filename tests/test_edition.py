@@ -118,11 +118,11 @@ def restated_solutions(package: Path) -> list[str]:
 
 
 def test_the_edition_holds_no_trapdoor_of_the_time_lock_modulus(built):
-    """gpucourse.parallel.MODULUS is public; its primes (and phi) are the grader's alone: with them an answer
+    """gpucourse.processes_threads.MODULUS is public; its primes (and phi) are the grader's alone: with them an answer
     could return square_chain's results without doing the work. Looked for in decimal and hex, in pieces, in
     the edition's text with quotes and white space taken out (a number split over string literals)."""
     from autograders import engine
-    from gpucourse.parallel import MODULUS
+    from gpucourse.processes_threads import MODULUS
 
     hidden = engine.load_checks("lesson01_processes_threads")
     p, q = hidden._PRIME_P, hidden._PRIME_Q

@@ -79,7 +79,7 @@ SCENARIOS = {
             return 1.0
     """, 120, None),
     "imports_checks": ("""
-        from gpucourse.checks import lesson07
+        from gpucourse.checks import lesson07_ddp_scripts as lesson07
         def contribution(rank):
             return 1.0
     """, 120, None),
@@ -228,8 +228,8 @@ def test_the_supervisor_passes_on_only_listed_scripts_with_their_driver_and_a_bo
     from autograders.worker import supervisor
 
     sup = object.__new__(supervisor.Supervisor)  # only its list of launches matters here
-    sup.launches = {"print('answer')": ("gpucourse.checks.lesson07:drive", 2)}
-    ask = dict(source="print('answer')", driver="gpucourse.checks.lesson07:drive", nproc=2)
+    sup.launches = {"print('answer')": ("gpucourse.checks.lesson07_ddp_scripts:drive", 2)}
+    ask = dict(source="print('answer')", driver="gpucourse.checks.lesson07_ddp_scripts:drive", nproc=2)
     assert sup._allowed(ask)
     assert sup._allowed({**ask, "nproc": 3}), "a hidden check may ask for another world size"
     assert not sup._allowed({**ask, "nproc": supervisor.MAX_RANKS + 1})

@@ -1,4 +1,4 @@
-"""Lesson 17's helpers (gpucourse.fsdp2_in_practice) and its exercises' stored tables (gpucourse.checks.lesson17)
+"""Lesson 17's helpers (gpucourse.fsdp2_in_practice) and its exercises' stored tables (gpucourse.checks.lesson17_fsdp2_in_practice)
 against the grader's references (autograders/checks/lesson17_fsdp2_in_practice.py)."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 
 from gpucourse import fsdp2_in_practice as H  # noqa: E402
-from gpucourse.checks import lesson17 as L  # noqa: E402
+from gpucourse.checks import lesson17_fsdp2_in_practice as L  # noqa: E402
 
 from autograders.checks import lesson17_fsdp2_in_practice as R  # noqa: E402
 

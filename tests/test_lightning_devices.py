@@ -85,7 +85,7 @@ def test_lesson06_public_stored_values_agree_with_the_graders_references():
     import importlib.util
     from pathlib import Path
 
-    from gpucourse.checks import lesson06 as C
+    from gpucourse.checks import lesson06_lightning_devices as C
 
     path = Path(__file__).resolve().parent.parent / "autograders" / "checks" / "lesson06_lightning_devices.py"
     spec = importlib.util.spec_from_file_location("lesson06_hidden_reference", path)

@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 from conftest import local_cluster
 
-from gpucourse import cluster as C
+from gpucourse import beyond_one_machine as C
 from gpucourse import local_slurm as LS
-from gpucourse.checks.lesson10 import judge_sbatch
+from gpucourse.checks.lesson10_beyond_one_machine import judge_sbatch
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "fixtures" / "lesson10_beyond_one_machine"

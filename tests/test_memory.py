@@ -11,7 +11,7 @@ from torch import nn
 from conftest import ROOT
 from gpucourse import checks
 from gpucourse import memory as M
-from gpucourse.checks import lesson12 as L
+from gpucourse.checks import lesson12_memory as L
 
 
 def _hidden():

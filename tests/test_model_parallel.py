@@ -13,7 +13,7 @@ import torch
 matplotlib.use("Agg")
 
 from gpucourse import model_parallel as H  # noqa: E402
-from gpucourse.checks import lesson18 as L  # noqa: E402
+from gpucourse.checks import lesson18_model_parallel as L  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 

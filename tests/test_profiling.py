@@ -11,7 +11,7 @@ from torch.utils.data import DataLoader
 
 from conftest import ROOT, needs_cuda
 from gpucourse import profiling as P
-from gpucourse.checks import lesson11 as L
+from gpucourse.checks import lesson11_profiling as L
 
 
 def _hidden():

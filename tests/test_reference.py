@@ -252,7 +252,7 @@ READERS = [p for p in sorted((ROOT / "solutions").glob("*/*.ipynb")) if _loading
 
 
 def test_lesson1_speedup_note_reads_what_bench_gpu_writes(tmp_path, monkeypatch):
-    from gpucourse import parallel as P
+    from gpucourse import processes_threads as P
 
     fixture = bench_gpu.write(bench_gpu.fixture(), tmp_path / "fixture.json")
     monkeypatch.setenv(R.ENV, str(fixture))

@@ -11,7 +11,7 @@ from conftest import local_cluster
 
 from gpucourse import requeue as RQ
 from gpucourse import local_slurm as LS
-from gpucourse import resilience
+from gpucourse import checkpoints as resilience
 
 
 @pytest.fixture(scope="module")

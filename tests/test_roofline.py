@@ -16,7 +16,7 @@ import torch.nn.functional as F  # noqa: E402
 from conftest import ROOT  # noqa: E402
 from gpucourse import reference  # noqa: E402
 from gpucourse import roofline as RL  # noqa: E402
-from gpucourse.checks import lesson15 as L  # noqa: E402
+from gpucourse.checks import lesson15_roofline as L  # noqa: E402
 
 
 def _hidden():

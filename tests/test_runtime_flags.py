@@ -86,7 +86,7 @@ def test_what_a_graded_ranks_script_does_that_only_tampering_needs_is_flagged_wi
     import inspect
 
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
-    from gpucourse.checks import lesson01
+    from gpucourse.checks import lesson01_processes_threads as lesson01
 
     script = ("import base64\nimport torch\nimport torch.distributed as dist\n"
               "exec(base64.b64decode(b'eD0x').decode())\n"

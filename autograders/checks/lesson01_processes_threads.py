@@ -1,6 +1,6 @@
 """Hidden checks for lesson 1. Never released, never readable from the sandbox.
 
-``HIDDEN`` adds cases to the exercises gpucourse.checks.lesson01 declares; the grader runs an
+``HIDDEN`` adds cases to the exercises gpucourse.checks.lesson01_processes_threads declares; the grader runs an
 exercise's public cases and the hidden ones below, and gives its test cell the declared points only
 when every case passes. Observers are self-contained (imports inside): their source is sent into the
 sandbox. Every hidden case of a code or script exercise draws its inputs at grading time (``draw=``:
@@ -13,7 +13,7 @@ answer away.
 
 from gpucourse.checks import Case
 from gpucourse.checks.ddp import first_raised, judge_script_ran
-from gpucourse.checks.lesson01 import observe_choices  # same observation, stricter judges
+from gpucourse.checks.lesson01_processes_threads import observe_choices  # same observation, stricter judges
 from gpucourse.checks.values import describe, type_words
 
 from autograders.differential import same, unreported
@@ -23,10 +23,10 @@ from autograders.differential import same, unreported
 # the function applied (a module-level function from FUNCTIONS), the workers and the kinds; the
 # sandbox calls the answer and reports the results as ``describe`` writes them (a tuple is not a list,
 # 2 is not 2.0); the judges compute ``[fn(x) for x in items]`` here. Which process or thread ran an
-# item is read from ``gpucourse.parallel.worker_identity`` in the sandbox; the items it returns are
+# item is read from ``gpucourse.processes_threads.worker_identity`` in the sandbox; the items it returns are
 # checked here. A process id is what the answer's own process reports, so whether kind='cpu' ran fn
 # elsewhere is decided by what the grader sees from outside that process: its CPU time while fn's work
-# ran (``judge_cpu_time``). That work is a time-lock puzzle (``gpucourse.parallel.square_chain``) whose
+# ran (``judge_cpu_time``). That work is a time-lock puzzle (``gpucourse.processes_threads.square_chain``) whose
 # results the grader checks with a trapdoor only it holds: an answer cannot skip fn and pass.
 
 # The functions a case may apply, by name: picklable and module-level, as the text promises. The
@@ -35,7 +35,7 @@ def _functions():
     import math
     import operator
 
-    from gpucourse.parallel import square
+    from gpucourse.processes_threads import square
 
     return {"square": square, "abs": abs, "repr": repr, "operator.neg": operator.neg, "math.floor": math.floor,
             "str.upper": str.upper, "len": len}
@@ -136,7 +136,7 @@ def observe_applied(ns, runs):
 
     from gpucourse.checks import answer
     from gpucourse.checks.values import describe, rebuild
-    from gpucourse.parallel import square
+    from gpucourse.processes_threads import square
 
     functions = {"square": square, "abs": abs, "repr": repr, "operator.neg": operator.neg, "math.floor": math.floor,
                  "str.upper": str.upper, "len": len}
@@ -192,7 +192,7 @@ def observe_io_threads(ns, runs):
 
     from gpucourse.checks import answer
     from gpucourse.checks.values import describe, rebuild
-    from gpucourse.parallel import worker_identity
+    from gpucourse.processes_threads import worker_identity
 
     parallel_map = answer(ns, "parallel_map")
     result = {"me": os.getpid(), "main_thread": threading.get_ident(), "runs": []}
@@ -230,7 +230,7 @@ def observe_cpu_processes(ns, run):
 
     from gpucourse.checks import answer
     from gpucourse.checks.values import describe, rebuild
-    from gpucourse.parallel import worker_identity
+    from gpucourse.processes_threads import worker_identity
 
     rows = answer(ns, "parallel_map")(worker_identity, rebuild(run["items"]), "cpu", workers=run["workers"])
     return {"me": os.getpid(), "xs": describe([row[0] for row in rows]), "pids": sorted({row[1] for row in rows})}
@@ -247,7 +247,7 @@ def judge_cpu_processes(d, run):
     return None
 
 
-# The time-lock trapdoor (gpucourse.parallel.square_chain): the two primes whose product is the public
+# The time-lock trapdoor (gpucourse.processes_threads.square_chain): the two primes whose product is the public
 # MODULUS. They exist here only: with them the grader checks a chain of squarings in milliseconds; without
 # them the only known way to its result is to do every squaring.
 _PRIME_P = int(
@@ -283,7 +283,7 @@ def _squaring_seconds(count, samples=5, share=50):
     import secrets
     import time
 
-    from gpucourse.parallel import MODULUS
+    from gpucourse.processes_threads import MODULUS
 
     steps = max(1, count // share)
     value = secrets.randbelow(MODULUS - 3) + 2
@@ -299,7 +299,7 @@ def _squaring_seconds(count, samples=5, share=50):
 def draw_cpu_time(rng):
     """6 to 8 items ``(x, base, squarings)``: x drawn from the whole line, base from 2 .. MODULUS - 2,
     squarings from ``SQUARINGS`` (about 0.16 to 0.21 s of CPU each); workers 1 or 2."""
-    from gpucourse.parallel import MODULUS
+    from gpucourse.processes_threads import MODULUS
 
     items = [(_number(rng), rng.randint(2, MODULUS - 2), rng.randint(*SQUARINGS)) for _ in range(rng.randint(6, 8))]
     return {"items": describe(items), "workers": rng.choice([1, 2])}
@@ -308,7 +308,7 @@ def draw_cpu_time(rng):
 def observe_cpu_time(ns, drawn):
     from gpucourse.checks import answer
     from gpucourse.checks.values import describe, rebuild
-    from gpucourse.parallel import square_chain
+    from gpucourse.processes_threads import square_chain
 
     return describe(answer(ns, "parallel_map")(square_chain, rebuild(drawn["items"]), "cpu", workers=drawn["workers"]))
 
@@ -357,7 +357,7 @@ def draw_item_order(rng):
 def observe_item_order(ns, drawn):
     from gpucourse.checks import answer
     from gpucourse.checks.values import describe, rebuild
-    from gpucourse.parallel import sleep_then_return
+    from gpucourse.processes_threads import sleep_then_return
 
     pairs = rebuild(drawn["pairs"])
     return {kind: describe(answer(ns, "parallel_map")(sleep_then_return, pairs, kind, workers=drawn["workers"]))
@@ -400,7 +400,7 @@ def draw_other_kinds(rng):
 def observe_other_kinds(ns, calls):
     from gpucourse.checks import answer
     from gpucourse.checks.values import rebuild
-    from gpucourse.parallel import square
+    from gpucourse.processes_threads import square
 
     parallel_map = answer(ns, "parallel_map")  # a missing answer is reported as such, not as a wrong error
     outcomes = []
@@ -646,7 +646,7 @@ def _choices_judge(keys):
 # The public case launches 2 ranks on fixed inputs; the hidden cases share one launch of 3 ranks (an
 # "all ranks" that is not 2) on inputs drawn at grading time: shard_indices calls for other n, ranks
 # and world sizes, and per-rank tensors of other shapes and dtypes. The ranks' drivers
-# (gpucourse.checks.lesson01.drive_average_across_ranks) only call the answer and report what it
+# (gpucourse.checks.lesson01_processes_threads.drive_average_across_ranks) only call the answer and report what it
 # returned; the expected indices and means are computed here. No launch is made when the public one
 # did not run: ranks take seconds to start.
 

@@ -134,7 +134,7 @@ def judge_positions_new_tensor(found, specs):
 
 # --- measure ------------------------------------------------------------------------------
 # The per-call times, warm-up and repeat counts are drawn here; the sandbox runs them on
-# gpucourse.cuda.AsyncDevice (whose first `cold_launches` launches are slower, as a GPU's are) and
+# gpucourse.cpu_gpu_cuda.AsyncDevice (whose first `cold_launches` launches are slower, as a GPU's are) and
 # reports the answer's seconds and the number of launches; the judges compute the median here.
 
 def draw_measure_median(odd):
@@ -159,7 +159,7 @@ def draw_measure_median(odd):
 
 def observe_measure_plan(ns, drawn):
     from gpucourse.checks import answer
-    from gpucourse.cuda import AsyncDevice
+    from gpucourse.cpu_gpu_cuda import AsyncDevice
 
     device = AsyncDevice(cold_launches=0)  # the warm-up cases check warm-up
     work = [0.02] * drawn["warmup"] + drawn["plan"]
@@ -196,7 +196,7 @@ def draw_measure_warmup(rng):
 
 def observe_measure_warmup(ns, runs):
     from gpucourse.checks import answer
-    from gpucourse.cuda import AsyncDevice
+    from gpucourse.cpu_gpu_cuda import AsyncDevice
 
     result = []
     for run in runs:
@@ -235,7 +235,7 @@ def draw_measure_one_repeat(rng):
 
 def observe_measure_one_repeat(ns, runs):
     from gpucourse.checks import answer
-    from gpucourse.cuda import AsyncDevice
+    from gpucourse.cpu_gpu_cuda import AsyncDevice
 
     result = []
     for run in runs:
@@ -259,7 +259,7 @@ def draw_measure_defaults(rng):
 
 def observe_measure_defaults(ns, runs):
     from gpucourse.checks import answer
-    from gpucourse.cuda import AsyncDevice
+    from gpucourse.cpu_gpu_cuda import AsyncDevice
 
     result = []
     for run in runs:

@@ -2,14 +2,14 @@
 
 pad_mlp's cases draw their models at grading time (``draw=``): widths, the activation modules between
 the Linear layers (their settings drawn too), bias flags, the dtype, ``multiple`` and the weights' seed;
-the sandbox builds each model (``gpucourse.checks.lesson03.build_mlp``: inputs only), pads it with the
+the sandbox builds each model (``gpucourse.checks.lesson03_tensor_cores.build_mlp``: inputs only), pads it with the
 answer and reports the padded model's widths, dtypes and output; the judges rebuild the same models
 here and compute the original model's output and the padded widths themselves. ``CLAUSES`` (at the end)
 maps every clause of the exercise's text to the cases that hold it.
 """
 
 from gpucourse.checks import Case
-from gpucourse.checks.lesson03 import build_mlp, observe_case_answers  # inputs only; same observation, exact judges
+from gpucourse.checks.lesson03_tensor_cores import build_mlp, observe_case_answers  # inputs only; same observation, exact judges
 from gpucourse.checks.seeded import global_rng
 
 # --- pad_mlp --------------------------------------------------------------------------------
@@ -60,7 +60,7 @@ def observe_padded(ns, specs):
     from torch import nn
 
     from gpucourse.checks import answer
-    from gpucourse.checks.lesson03 import build_mlp
+    from gpucourse.checks.lesson03_tensor_cores import build_mlp
 
     # the judges compute in full float32 precision; the notebook may have set "high" (TF32 or bf16 passes)
     precision = torch.get_float32_matmul_precision()

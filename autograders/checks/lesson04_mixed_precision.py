@@ -1,7 +1,7 @@
 """Hidden checks for lesson 4 (mixed precision). Never released; see lesson01's file for the form.
 
 The training loop is observed, not read: a model, optimizer and GradScaler that record what happens
-to them (see gpucourse.checks.lesson04), on a few tiny batches of unequal sizes, so that each case
+to them (see gpucourse.checks.lesson04_mixed_precision), on a few tiny batches of unequal sizes, so that each case
 costs milliseconds.
 """
 
@@ -47,7 +47,7 @@ def observe_amp_epoch(ns, drawn):
     import torch
     from torch import nn
     from gpucourse.checks import answer
-    from gpucourse.checks.lesson04 import recording_scaler
+    from gpucourse.checks.lesson04_mixed_precision import recording_scaler
 
     events, moved = [], set()
     g = torch.Generator().manual_seed(drawn["seed"])

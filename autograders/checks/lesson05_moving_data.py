@@ -7,7 +7,7 @@ what must come back.
 """
 
 from gpucourse.checks import Case
-from gpucourse.checks.lesson05 import observe_loader_settings  # same observation, exact judges
+from gpucourse.checks.lesson05_moving_data import observe_loader_settings  # same observation, exact judges
 
 
 # --- to_device ------------------------------------------------------------------------------

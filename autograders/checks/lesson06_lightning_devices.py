@@ -11,7 +11,7 @@ augmentation and the loss, the batch size and the rate) live here, on the grader
 import torch
 
 from gpucourse.checks import Case
-from gpucourse.checks.lesson06 import outputs_close
+from gpucourse.checks.lesson06_lightning_devices import outputs_close
 from gpucourse.checks.values import describe, rebuild, type_words
 
 from autograders.differential import call, must_raise, outcome, same, shown, unreported

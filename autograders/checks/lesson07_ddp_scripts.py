@@ -4,13 +4,14 @@ Every exercise runs as a 2-process script. average_gradients and synced_metrics 
 submission: the public and hidden cases share that launch (a launch costs seconds of start-up on every
 rank), and the hidden judges look closer at the same records. accumulate_no_sync's hidden cases share a
 second launch with generated inputs, made only when the public launch passed. The drivers' inputs
-(gpucourse.checks.lesson07: AVERAGE_INPUTS, SYNCED_INPUTS) already differ from the text's picture: unequal shards per rank, a validation set
+(gpucourse.checks.lesson07_ddp_scripts: AVERAGE_INPUTS, SYNCED_INPUTS) already differ from the text's picture:
+unequal shards per rank, a validation set
 DistributedSampler must pad, batches of unequal size, 3 epochs.
 """
 
 from gpucourse.checks import Case
 from gpucourse.checks.ddp import judge_script_ran
-from gpucourse.checks.lesson07 import (AVERAGE_INPUTS, _judge_matches_ddp, gap, judge_accumulate_runs,
+from gpucourse.checks.lesson07_ddp_scripts import (AVERAGE_INPUTS, _judge_matches_ddp, gap, judge_accumulate_runs,
                                        judge_synced_metric, observe_average_gradients, observe_synced_metrics,
                                        validation_metrics)
 
@@ -111,7 +112,7 @@ def draw_average_inputs(rng):
 
 def observe_average_drawn(ns, inputs):
     from gpucourse.checks.ddp import run_exercise_script
-    from gpucourse.checks.lesson07 import _judge_matches_ddp
+    from gpucourse.checks.lesson07_ddp_scripts import _judge_matches_ddp
 
     public = run_exercise_script(ns, "average_gradients")
     if _judge_matches_ddp(public) is not None:  # not launched again: the public launch's failure says why
@@ -181,7 +182,7 @@ def draw_accumulate_inputs(rng):
 
 def observe_accumulate_drawn(ns, inputs):
     from gpucourse.checks.ddp import run_exercise_script
-    from gpucourse.checks.lesson07 import judge_accumulate_runs
+    from gpucourse.checks.lesson07_ddp_scripts import judge_accumulate_runs
 
     public = run_exercise_script(ns, "accumulate_no_sync")
     if judge_accumulate_runs(public) is not None:
@@ -275,7 +276,7 @@ def draw_synced_inputs(rng):
 
 def observe_synced_drawn(ns, inputs):
     from gpucourse.checks.ddp import run_exercise_script
-    from gpucourse.checks.lesson07 import _judge_ddp_and_loss
+    from gpucourse.checks.lesson07_ddp_scripts import _judge_ddp_and_loss
 
     public = run_exercise_script(ns, "synced_metrics")
     if _judge_ddp_and_loss(public) is not None:
@@ -284,7 +285,7 @@ def observe_synced_drawn(ns, inputs):
 
 
 def judge_synced_drawn(d, inputs):
-    from gpucourse.checks.lesson07 import _judge_ddp_and_loss
+    from gpucourse.checks.lesson07_ddp_scripts import _judge_ddp_and_loss
 
     if d.get("public_only"):
         return f"(the public launch already failed) {_judge_ddp_and_loss(d)}"

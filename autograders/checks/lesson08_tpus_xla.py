@@ -12,7 +12,7 @@ import math
 import torch
 
 from gpucourse.checks import Case
-from gpucourse.checks.lesson08 import judge_log_record
+from gpucourse.checks.lesson08_tpus_xla import judge_log_record
 from gpucourse.checks.values import rebuild, type_words
 
 from autograders.differential import call, outcome, verdict
@@ -312,7 +312,7 @@ def observe_pad_compiles(ns, inputs):
     torch.compile(dynamic=False)."""
     import torch
     from gpucourse.checks import answer
-    from gpucourse.xla import TinyEncoder, run_compiled, token_batches
+    from gpucourse.tpus_xla import TinyEncoder, run_compiled, token_batches
 
     buckets = tuple(inputs["buckets"])
     generator = torch.Generator().manual_seed(inputs["seed"])
@@ -338,7 +338,7 @@ def draw_compile(rng):
 
 
 def _compile_batches(inputs):
-    from gpucourse.xla import token_batches
+    from gpucourse.tpus_xla import token_batches
 
     lengths = [int(n) for n in torch.randint(1, 33, (24,), generator=torch.Generator().manual_seed(inputs["seed"]))]
     return token_batches(24, 3, lengths, seed=inputs["seed"])
@@ -348,7 +348,7 @@ def compile_alone_outputs(inputs) -> list[list[float]]:
     """The first 6 batches through the same TinyEncoder, one sequence at a time (no padding): what the
     padded batches must give, computed here."""
     from gpucourse.checks.seeded import global_rng  # the grader's threads share torch's generator
-    from gpucourse.xla import TinyEncoder
+    from gpucourse.tpus_xla import TinyEncoder
 
     with global_rng():
         torch.manual_seed(0)
@@ -451,7 +451,7 @@ def draw_log_loader(rng):
 
 
 def observe_log_runs(ns, runs):
-    from gpucourse.checks.lesson08 import observe_log_losses
+    from gpucourse.checks.lesson08_tpus_xla import observe_log_losses
 
     return [observe_log_losses(ns, r["losses"], r["every"], requires_grad=r["requires_grad"], dtype=r["dtype"],
                                loader=r["loader"]) for r in runs]

@@ -2,7 +2,7 @@
 
 Every case draws its inputs at grading time (``Case.draw``: the text's boundaries first, then random
 ones from the whole domain it states). The expected MAPEs are computed here, in the grader, in plain
-Python (``reference_mape``; tests/test_forecasting.py keeps it equal to
+Python (``reference_mape``; tests/test_darts_forecasting.py keeps it equal to
 ``darts.metrics.mape(..., zero_division="raise")``), and the expected Trainer arguments follow the
 rules' table (``reference_modern_trainer_kwargs``): neither exists in the public package.
 """
@@ -10,7 +10,7 @@ rules' table (``reference_modern_trainer_kwargs``): neither exists in the public
 import math
 
 from gpucourse.checks import Case
-from gpucourse.checks.lesson09 import _broken_rule, judge_mape_results, trainer_parameters
+from gpucourse.checks.lesson09_darts_forecasting import _broken_rule, judge_mape_results, trainer_parameters
 from gpucourse.checks.values import describe, rebuild, type_words
 
 from autograders.differential import same, shown
@@ -162,7 +162,7 @@ def draw_mape_domain(rng):
 
 
 def observe_mape_drawn(ns, cases):
-    from gpucourse.checks.lesson09 import observe_mape_cases
+    from gpucourse.checks.lesson09_darts_forecasting import observe_mape_cases
 
     return observe_mape_cases(ns, cases)
 
@@ -338,7 +338,7 @@ def observe_trainer_drawn(ns, calls):
     import copy
 
     from gpucourse.checks import answer
-    from gpucourse.checks.lesson09 import trainer_parameters
+    from gpucourse.checks.lesson09_darts_forecasting import trainer_parameters
     from gpucourse.checks.values import describe, rebuild
 
     modern_trainer_kwargs = answer(ns, "modern_trainer_kwargs")

@@ -3,9 +3,9 @@
 Every case draws its inputs at grading time (``Case.draw``). ``slurm_ranks``: task environments (srun's
 variables, jobs of every shape, names, host lists, MASTER_ADDR), sent into the sandbox as plain data; the
 judge compares the answer with ``reference_slurm_ranks``, the text's rule, which exists here only (tests/
-test_cluster.py holds it and the restatement of Lightning below equal to Lightning's real SLURMEnvironment on
+test_beyond_one_machine.py holds it and the restatement of Lightning below equal to Lightning's real SLURMEnvironment on
 every drawn environment). ``sbatch_for``: drawn shapes and commands; the scripts are read as sbatch and the
-shells would run them (``gpucourse.checks.lesson10.sbatch_problems``: where each variable is expanded, by the
+shells would run them (``gpucourse.checks.lesson10_beyond_one_machine.sbatch_problems``: where each variable is expanded, by the
 batch shell once or by each task's shell).
 """
 
@@ -13,9 +13,9 @@ import re
 
 from autograders.differential import call
 from gpucourse.checks import Case
-from gpucourse.checks.lesson10 import RANK_KEYS, judge_sbatch_all
+from gpucourse.checks.lesson10_beyond_one_machine import RANK_KEYS, judge_sbatch_all
 from gpucourse.checks.values import rebuild, type_words
-from gpucourse.cluster import hostnames, srun_environments
+from gpucourse.beyond_one_machine import hostnames, srun_environments
 
 
 def lightning_slurm_ranks(env: dict) -> dict | None:
@@ -23,7 +23,7 @@ def lightning_slurm_ranks(env: dict) -> dict | None:
 
     Mirrors ``lightning_fabric.plugins.environments.slurm``: detected when SLURM_NTASKS is set and the
     job is not named "bash" or "interactive"; ranks and world size are read, not computed; the main
-    address is MASTER_ADDR if set, else the first host of SLURM_NODELIST. (tests/test_cluster.py holds it
+    address is MASTER_ADDR if set, else the first host of SLURM_NODELIST. (tests/test_beyond_one_machine.py holds it
     equal to the real one, and to ``reference_slurm_ranks`` on every drawn environment.)
     """
     if "SLURM_NTASKS" not in env or env.get("SLURM_JOB_NAME") in ("bash", "interactive"):
@@ -280,7 +280,7 @@ def draw_requests(rng):
 
 
 def observe_sbatch_requests(ns, requests):
-    from gpucourse.checks.lesson10 import observe_sbatch_for
+    from gpucourse.checks.lesson10_beyond_one_machine import observe_sbatch_for
 
     return observe_sbatch_for(ns, requests)
 

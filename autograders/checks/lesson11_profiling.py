@@ -1,14 +1,14 @@
 """Hidden checks for lesson 11 (profiling). Never released; see lesson01's file for the form.
 
 Every case draws its traces' specs at grading time (``Case.draw``: the boundaries first, then specs from
-``gpucourse.checks.lesson11.trace_specs`` with a seed drawn then). The sandbox builds each trace from its spec
+``gpucourse.checks.lesson11_profiling.trace_specs`` with a seed drawn then). The sandbox builds each trace from its spec
 (``synthetic_trace``) and calls the answer; the judge builds the same trace here and runs the reference below,
 which exists on the grader's side only, on it. The real-profile case draws the phases' names and where it puts
 the sleep and the ``.item()``, and knows its answer from that.
 """
 
 from gpucourse.checks import Case
-from gpucourse.checks.lesson11 import NAME_SETS, judge_diagnoses, synthetic_trace, trace_specs
+from gpucourse.checks.lesson11_profiling import NAME_SETS, judge_diagnoses, synthetic_trace, trace_specs
 
 # --- diagnose --------------------------------------------------------------------------------
 # What the exercise's text states, and the hidden case that checks it:
@@ -64,7 +64,7 @@ def judge_specs(label):
 
 
 def observe_specs(ns, specs):
-    from gpucourse.checks.lesson11 import observe_diagnoses
+    from gpucourse.checks.lesson11_profiling import observe_diagnoses
 
     return observe_diagnoses(ns, specs)
 
@@ -172,7 +172,7 @@ def draw_real(rng):
 
 
 def observe_real(ns, plan):
-    from gpucourse.checks.lesson11 import observe_real_profile
+    from gpucourse.checks.lesson11_profiling import observe_real_profile
 
     return observe_real_profile(ns, sleep_in=plan["sleep_in"], item_in=plan["item_in"], phases=plan["phases"])
 

@@ -4,7 +4,7 @@ Every hidden case draws its inputs at grading time (``Case.draw``, a generator s
 the grader's side): model specs and arguments for ``training_bytes``, block stacks and budgets for
 ``choose_segments``, boundaries first, then random ones from the whole domain the exercise's text
 states. The observers build the models and stacks the specs describe in the sandbox
-(``gpucourse.checks.lesson12``), call the answer and report what it returned or raised; the judges
+(``gpucourse.checks.lesson12_memory``), call the answer and report what it returned or raised; the judges
 rebuild the same models and stacks here and compute the expected values with the references below,
 which exist on the grader's side only (the public module stores its few expected values as literals).
 """
@@ -12,7 +12,7 @@ which exist on the grader's side only (the public module stores its few expected
 import json
 
 from gpucourse.checks import Case
-from gpucourse.checks.lesson12 import (RECIPES, build_model, build_plan_inputs, bytes_verdict, describe_spec,
+from gpucourse.checks.lesson12_memory import (RECIPES, build_model, build_plan_inputs, bytes_verdict, describe_spec,
                                        describe_stack, model_inputs, plan_verdict)
 from gpucourse.checks.seeded import global_rng
 from gpucourse.checks.values import rebuild
@@ -215,7 +215,7 @@ def draw_bad_arguments(rng):
 
 
 def observe_training_bytes_calls(ns, calls):
-    from gpucourse.checks.lesson12 import call_on_models
+    from gpucourse.checks.lesson12_memory import call_on_models
 
     return call_on_models(ns, "training_bytes", calls)
 
@@ -451,7 +451,7 @@ def draw_dtypes(rng):
 
 
 def observe_stack_calls(ns, stacks):
-    from gpucourse.checks.lesson12 import observe_plans
+    from gpucourse.checks.lesson12_memory import observe_plans
 
     return observe_plans(ns, stacks)
 

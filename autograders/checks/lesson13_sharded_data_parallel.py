@@ -13,7 +13,7 @@ on this side only) to know the expected weights. Three launches per submission, 
 import math
 
 from gpucourse.checks import Case
-from gpucourse.checks.lesson13 import (build_model, judge_state, judge_weights, launch_problem, parameter_count,
+from gpucourse.checks.lesson13_sharded_data_parallel import (build_model, judge_state, judge_weights, launch_problem, parameter_count,
                                        rank_rows, run_settings, run_words)
 
 from autograders.differential import call, judge_calls
@@ -133,7 +133,7 @@ def draw_three_ranks(rng):
 
 def observe_drawn_launch(ns, inputs):
     from gpucourse.checks.ddp import run_exercise_script
-    from gpucourse.checks.lesson13 import judge_state, judge_weights
+    from gpucourse.checks.lesson13_sharded_data_parallel import judge_state, judge_weights
 
     public = run_exercise_script(ns, "sharded_adam")
     if judge_weights(public) is not None or judge_state(public) is not None:

@@ -2,7 +2,7 @@
 
 Every case draws its inputs at grading time (``Case.draw``: boundaries first, then random ones from the whole
 domain the exercise's text states). ``latest_complete_checkpoint``: the draws are layouts (plain data, see
-``gpucourse.checks.lesson16``), built in temporary folders in the sandbox; the judge picks the expected folder
+``gpucourse.checks.lesson16_checkpoints``), built in temporary folders in the sandbox; the judge picks the expected folder
 with the reference below, which exists on the grader's side only. ``checkpoint_every``: differential, the
 sandbox calls the answer on the drawn calls and the judge calls the reference on the same calls.
 """
@@ -15,7 +15,7 @@ from decimal import Decimal, localcontext
 
 from autograders.differential import call, outcome, verdict
 from gpucourse.checks import Case
-from gpucourse.checks.lesson16 import describe_layout, shown_result
+from gpucourse.checks.lesson16_checkpoints import describe_layout, shown_result
 
 # --- latest_complete_checkpoint ---------------------------------------------------------------------------
 # The text's rule: a name that is exactly step_ followed by ASCII digits 0-9, leading zeros allowed. So step_007
@@ -81,7 +81,7 @@ def judge_layouts(results, layouts):
 
 
 def observe_layout_calls(ns, layouts):
-    from gpucourse.checks.lesson16 import observe_layouts
+    from gpucourse.checks.lesson16_checkpoints import observe_layouts
 
     return observe_layouts(ns, layouts)
 

@@ -14,7 +14,7 @@ holds); the judge here reads it by the intro's rule alone.
 """
 
 from gpucourse.checks import Case
-from gpucourse.checks.quiz import QUESTIONS
+from gpucourse.checks.quiz_gpu_data_parallel import QUESTIONS
 
 
 KEY = {

@@ -28,7 +28,7 @@ Why it looks like this:
   nor the observers;
 - while student cells run, the modules of ``gpucourse.checks`` (the public checks, the harnesses)
   and of ``autograders`` (this runner and its worker package) cannot be imported
-  (``snapshot.Gate``): ``import gpucourse.checks.lesson10`` or ``import autograders.worker.runner``
+  (``snapshot.Gate``): ``import gpucourse.checks.lesson10_beyond_one_machine`` or ``import autograders.worker.runner``
   raises ImportError; ``gpucourse.checks`` itself stays, with ``check`` only saying that the grader
   runs the checks;
 - the observers run with the environment and import path of the snapshot, without the working

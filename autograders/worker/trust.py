@@ -29,7 +29,7 @@ OBSERVED_LATER = ("torchmetrics", "darts", "pandas")
 # What the preloaded Python imports once: what every submission imports (the runner snapshots most of
 # these), Lightning, which the lessons from 4 on import, and this worker. Importing more would only
 # cost start-up time and address space.
-PRELOAD = ("numpy", "torch", "torch.distributed", "pytorch_lightning", "gpucourse", "gpucourse.parallel",
+PRELOAD = ("numpy", "torch", "torch.distributed", "pytorch_lightning", "gpucourse", "gpucourse.processes_threads",
            "gpucourse.checks", "gpucourse.checks.ddp", "autograders.worker.runner")
 
 

@@ -26,7 +26,7 @@ import sys
 import time
 from pathlib import Path
 
-from gpucourse import parallel as P
+from gpucourse import processes_threads as P
 
 
 # Seconds each part may start new measurements for (one already running finishes); --quick's sizes
@@ -127,7 +127,7 @@ def accelerator(quick: bool, budget: Budget) -> dict:
     import torch
     import torchvision
 
-    from gpucourse import amp, tensor_cores
+    from gpucourse import mixed_precision as amp, tensor_cores
     from gpucourse.reference import this_machine
 
     if torch.cuda.is_available():

@@ -46,7 +46,7 @@ from gpucourse.bench_gpu_recording import (  # noqa: F401 - the file's schema, r
     short_name, unexplained)
 from gpucourse.reference import GRAPH_RECIPES, MEASUREMENTS
 from gpucourse.tensor_cores import tf32  # the one TF32 switch (lesson 3), for matmuls and cuDNN apart
-from gpucourse.transfer import filled_host
+from gpucourse.moving_data import filled_host
 
 
 
@@ -85,7 +85,7 @@ def matmul(b: Bench) -> None:
 
 def lesson02(b: Bench) -> None:
     """Lesson 2: float32 products by size (GPU, and one CPU thread), one product timed four ways, streams."""
-    from gpucourse import cuda as C
+    from gpucourse import cpu_gpu_cuda as C
 
     with tf32(False, False):
         with _one_thread():
@@ -274,7 +274,7 @@ def bench_peak(b: Bench) -> None:
 def saved_bytes(b: Bench) -> None:
     import torchvision
 
-    from gpucourse import amp
+    from gpucourse import mixed_precision as amp
 
     batch = b.sizes.saved_batch
     torch.manual_seed(0)
@@ -283,7 +283,7 @@ def saved_bytes(b: Bench) -> None:
     low = torch.float16 if b.cuda else torch.bfloat16  # float16 autocast on a CPU is not lesson 4's recipe
     low_name = "float16" if b.cuda else "bfloat16"
     plain, mixed = amp.saved_activation_bytes(model, images), amp.saved_activation_bytes(model, images, low)
-    method = "gpucourse.amp.saved_activation_bytes (saved_tensors_hooks)"
+    method = "gpucourse.mixed_precision.saved_activation_bytes (saved_tensors_hooks)"
     b.put("lesson04_saved_mib", f"b{batch} 32px float32 activations", plain["activations"] / 2**20, method)
     b.put("lesson04_saved_mib", f"b{batch} 32px autocast {low_name} activations", mixed["activations"] / 2**20, method)
     b.put("lesson04_saved_mib", f"b{batch} 32px autocast {low_name} weight copies", mixed["weight_copies"] / 2**20, method)
@@ -304,7 +304,7 @@ def copies(b: Bench) -> None:
 def lesson05(b: Bench) -> None:
     """Lesson 5: copies on a side stream next to products (pageable vs pinned), and a float16 convolution
     in both memory layouts."""
-    from gpucourse import transfer as X
+    from gpucourse import moving_data as X
 
     mib, batches, size = b.sizes.side_stream
     if not b.cuda:
@@ -330,7 +330,7 @@ def lesson05(b: Bench) -> None:
     for label, channels_last in (("float16 NCHW", False), ("float16 channels_last", True)):
         seconds = X.conv_seconds(channels_last, batch=batch, channels=channels, size=pixels, device="cuda",
                                  dtype=torch.float16, min_seconds=b.sizes.min_run_time)
-        b.put("lesson05_conv_ms", label, 1000 * seconds, "gpucourse.transfer.conv_seconds")
+        b.put("lesson05_conv_ms", label, 1000 * seconds, "gpucourse.moving_data.conv_seconds")
     free(b)
 
 
@@ -446,7 +446,7 @@ def profile(b: Bench) -> None:
 
 def lesson01(b: Bench) -> None:
     """Lesson 1 on this machine's CPU cores (the reference's host). --quick: processes only, one run each."""
-    from gpucourse import parallel as P
+    from gpucourse import processes_threads as P
 
     n, tasks, workers = b.sizes.primes
     if not b.tiny:  # as gpucourse.bench's lesson 1 part: up to the cores, and twice as many
@@ -463,7 +463,7 @@ def lesson01(b: Bench) -> None:
                 continue
             b.put("lesson01_count_primes_speedup", f"{kind} x{count}",
                   serial / P.time_run(kind, P.count_primes, args, count, repeats),
-                  f"best wall time of {repeats} run(s) per kind and worker count (gpucourse.parallel.time_run)")
+                  f"best wall time of {repeats} run(s) per kind and worker count (gpucourse.processes_threads.time_run)")
 
 
 PARTS: list[tuple[str, Callable[[Bench], None]]] = [

@@ -6,7 +6,7 @@ torchvision's real ``CIFAR10``. Without a network (CI, many lab machines), ``wri
 small CIFAR-10 in the dataset's real on-disk format (pickled batches of uint8 rows in
 ``cifar-10-batches-py/``) plus a manifest of its md5 sums; ``OfflineCIFAR10`` is torchvision's class
 pointed at that manifest, so torchvision's own parsing and integrity checks read it. Lesson 4 reaches
-these through ``gpucourse.amp``.
+these through ``gpucourse.mixed_precision``.
 """
 
 from __future__ import annotations

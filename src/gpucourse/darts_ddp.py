@@ -72,7 +72,7 @@ def train(devices: int, epochs: int, accelerator: str = "cpu", threads: int | No
     """
     from darts.metrics import mape
 
-    from gpucourse import forecasting as F
+    from gpucourse import darts_forecasting as F
 
     if threads:
         torch.set_num_threads(threads)

@@ -15,10 +15,10 @@ import sys
 import time
 from pathlib import Path
 
-from gpucourse.cluster import RECORDING, _recorded_where, _since
+from gpucourse.beyond_one_machine import RECORDING, _recorded_where, _since
 
 
-# A training job that survives losing its node: lesson 16's resumable loop (gpucourse.resilience train: DCP
+# A training job that survives losing its node: lesson 16's resumable loop (gpucourse.checkpoints train: DCP
 # checkpoints, a LATEST pointer written once a checkpoint is complete) as a requeueable batch job. Its first
 # start trains BEFORE steps and then waits, standing for the rest of a long run; a start after a requeue
 # (SLURM_RESTART_COUNT >= 1) trains to STEPS, resuming from the last complete checkpoint.
@@ -36,7 +36,7 @@ REQUEUE_SCRIPT = """\
 start=${{SLURM_RESTART_COUNT:-0}}
 echo "start $start on $SLURMD_NODENAME"
 if [ "$start" = 0 ]; then steps={before}; else steps={steps}; fi
-python -m torch.distributed.run --standalone --nproc-per-node=1 -m gpucourse.resilience train \\
+python -m torch.distributed.run --standalone --nproc-per-node=1 -m gpucourse.checkpoints train \\
     --ckpt ckpt --out "out-$start" --width {width} --depth 2 --steps "$steps" --every {every}
 echo "trained to step $steps on $SLURMD_NODENAME"
 if [ "$start" = 0 ]; then sleep 600; fi  # the rest of a long run: its node is drained while it is here

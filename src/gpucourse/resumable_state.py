@@ -1,6 +1,6 @@
 """Lesson 16's ``Stateful`` objects: what a checkpoint holds besides the model's and optimizer's tensors
 (``torch.distributed.checkpoint.stateful.Stateful``: ``state_dict()`` and ``load_state_dict()``, which DCP
-calls on save and load). ``gpucourse.resilience``'s resume demo saves and loads them on every rank.
+calls on save and load). ``gpucourse.checkpoints``'s resume demo saves and loads them on every rank.
 """
 
 from __future__ import annotations

@@ -31,12 +31,12 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 def _lesson_modules() -> tuple[str, ...]:
-    """Every module of this package that declares exercises: ``lessonNN`` and ``quiz``, found, not listed."""
+    """Every module of this package that declares exercises: ``lessonNN_<slug>`` and ``quiz_<slug>``, found, not listed."""
     import pkgutil
     from pathlib import Path
 
     return tuple(f"{__name__}.{m.name}" for m in pkgutil.iter_modules([str(Path(__file__).parent)])
-                 if m.name.startswith("lesson") or m.name == "quiz")
+                 if m.name.startswith(("lesson", "quiz")))
 
 
 LESSONS = _lesson_modules()  # one per assignment; each sets ASSIGNMENT and declares its exercises
