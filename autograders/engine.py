@@ -62,11 +62,18 @@ class Graded:
     submission: Submission
 
 
+def hidden_path(assignment: str) -> Path:
+    """The file that holds ``assignment``'s HIDDEN: ``autograders/checks/<assignment>.py``, or its package's
+    ``__init__.py``."""
+    package = AUTOGRADERS / "checks" / assignment / "__init__.py"
+    return package if package.is_file() else AUTOGRADERS / "checks" / f"{assignment}.py"
+
+
 def load_checks(assignment: str):
-    """The hidden checks of ``assignment``: the module ``autograders.checks.<assignment>``, whose HIDDEN
-    holds the hidden cases of each exercise the assignment's public check module declares
-    (gpucourse.checks.register)."""
-    path = AUTOGRADERS / "checks" / f"{assignment}.py"
+    """The hidden checks of ``assignment``: the module ``autograders.checks.<assignment>`` (a file, or a package
+    of one module per exercise), whose HIDDEN holds the hidden cases of each exercise the assignment's public
+    check module declares (gpucourse.checks.register)."""
+    path = hidden_path(assignment)
     if not path.is_file():
         raise SystemExit(f"no check file {path.relative_to(ROOT)} for assignment {assignment}")
     module = importlib.import_module(f"autograders.checks.{assignment}")

@@ -22,8 +22,8 @@ from pathlib import Path
 
 import pytest
 
-from autograders import sandbox
-from conftest import (AUTOGRADERS, COURSE, EXECUTED, REQUIRE_ISOLATION, ROOT, SOLUTIONS, NotebookFailed,
+from autograders import engine, sandbox
+from conftest import (COURSE, EXECUTED, REQUIRE_ISOLATION, ROOT, SOLUTIONS, NotebookFailed,
                       executed_solution, nbgrader_meta, read)
 
 pytestmark = pytest.mark.slow  # grades dozens of attack submissions in sandboxes: `make test`, not `make test-fast`
@@ -53,6 +53,13 @@ def _released() -> dict:
 def _reference_answers() -> dict[str, str]:
     return {nbgrader_meta(c)["grade_id"]: c.source for c in read(SOLUTIONS / ASSIGNMENT / NOTEBOOK).cells
             if nbgrader_meta(c).get("solution") and c.cell_type == "code"}
+
+
+def _hidden_source() -> str:
+    """Every file of the assignment's hidden checks (a module, or a package of one module per exercise)."""
+    path = engine.hidden_path(ASSIGNMENT)
+    files = sorted(path.parent.rglob("*.py")) if path.name == "__init__.py" else [path]
+    return "\n".join(f.read_text() for f in files)
 
 
 def _cell(nb: dict, grade_id: str) -> dict:
@@ -206,7 +213,7 @@ def _attacks(paths: dict[str, Path]) -> dict[str, dict]:
     "flag": text, "forgery": the plan must give a reason that zeroes the submission,
     "output": {answer grade id: texts, one of which the graded cell's output must hold}}"""
     zero = {t: 0 for t in TESTS}
-    hidden_checks, solution = str(AUTOGRADERS / "checks" / f"{ASSIGNMENT}.py"), str(SOLUTIONS / ASSIGNMENT / NOTEBOOK)
+    hidden_checks, solution = str(engine.hidden_path(ASSIGNMENT)), str(SOLUTIONS / ASSIGNMENT / NOTEBOOK)
     others_full = {t: 2 for t in TESTS if t != "test_parallel_map"}
     reference = _reference_answers()
     unreadable = ["No such file", "Permission denied"]
@@ -524,7 +531,7 @@ def test_nothing_outlives_the_batch(battle):
 
 def test_feedback_reveals_no_hidden_check_code(battle):
     _, _, results, _ = battle
-    hidden_source = (AUTOGRADERS / "checks" / f"{ASSIGNMENT}.py").read_text()
+    hidden_source = _hidden_source()
     secrets = ["def judge_", "ACCEPTED = ", '"a": {"processes"}']
     assert all(s in hidden_source for s in secrets)
     page = (results / "feedback" / "bystander" / ASSIGNMENT / "processes_threads.html").read_text()
@@ -566,7 +573,7 @@ def test_hidden_observers_never_reach_a_cell(battle):
     """A cell that prints every observer's source it can reach (the job, frames, gc) finds none: the
     observers reach the sandbox only after the cells, one at a time."""
     _, _, results, _ = battle
-    hidden = (AUTOGRADERS / "checks" / f"{ASSIGNMENT}.py").read_text()
+    hidden = _hidden_source()
     names = ["observe_io_threads", "observe_cpu_processes", "observe_dataset_bounds", "observe_generated_ranks"]
     assert all(f"def {n}" in hidden for n in names)
     printed = _cell_output(results, "leaks_hidden_observers", "parallel_map")

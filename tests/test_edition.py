@@ -43,7 +43,7 @@ def _files(folder: Path) -> dict[Path, str]:
 
 def _hidden_check_names() -> list[str]:
     names = []
-    for check_file in (AUTOGRADERS / "checks").glob("*.py"):
+    for check_file in (AUTOGRADERS / "checks").rglob("*.py"):
         names += re.findall(r"^def (\w+)", check_file.read_text(), re.M)
     assert names, "no hidden checks found"
     return names
@@ -74,7 +74,10 @@ def test_nothing_hidden_in_the_edition(built):
     assert "autograders" not in text
     assert not [p for p in files if "autograders" in p.relative_to(built).parts], "a file of the grader in the edition"
     assert not [n for n in _hidden_check_names() if re.search(rf"\b{re.escape(n)}\b", text)], "hidden check names"
-    assert not [p for p in files if p.suffix == ".py" and "checks" in p.parts and p.stem.startswith("lesson") and "_" in p.stem]
+    # a public check module and the hidden one share the lesson's name (CONTRIBUTING.md): each check module of
+    # the edition is the project's public one, byte for byte, so none is the grader's
+    shipped = [p for p in files if p.suffix == ".py" and "checks" in p.parts]
+    assert shipped and all(p.read_bytes() == (ROOT / p.relative_to(built)).read_bytes() for p in shipped)
     # Solution lines: the notebooks, README and project files show none. The package is checked below.
     visible = set().union(*(_lines(t) for p, t in files.items() if (built / "src") not in p.parents))
     for source in notebooks(SOLUTIONS):
@@ -121,10 +124,9 @@ def test_the_edition_holds_no_trapdoor_of_the_time_lock_modulus(built):
     """gpucourse.processes_threads.MODULUS is public; its primes (and phi) are the grader's alone: with them an answer
     could return square_chain's results without doing the work. Looked for in decimal and hex, in pieces, in
     the edition's text with quotes and white space taken out (a number split over string literals)."""
-    from autograders import engine
     from gpucourse.processes_threads import MODULUS
 
-    hidden = engine.load_checks("lesson01_processes_threads")
+    from autograders.checks.lesson01_processes_threads import parallel_map as hidden  # the time-lock puzzle
     p, q = hidden._PRIME_P, hidden._PRIME_Q
     assert p * q == MODULUS
     text = re.sub(r"[\s\"'_]", "", "\n".join(_files(built).values())).lower()

@@ -158,7 +158,7 @@ def test_hidden_checks_stay_out_of_course():
     """Hidden checks live in autograders/checks/, and nothing of them reaches the released notebooks."""
     released = "\n".join(p.read_text() for p in notebooks(COURSE))
     names = []
-    for check_file in (ROOT / "autograders" / "checks").glob("*.py"):
+    for check_file in (ROOT / "autograders" / "checks").rglob("*.py"):
         names += re.findall(r"^def (\w+)", check_file.read_text(), re.M)
     assert names, "no hidden checks found"
     assert not [n for n in names if re.search(rf"\b{re.escape(n)}\b", released)]

@@ -180,7 +180,7 @@ def test_no_solution_hidden_test_or_answer_in_the_site(html):
     assert all(hidden.values()), "the leak check found nothing to look for"
     shown = set().union(*(_lines("\n".join(c.source for c in read(p).cells)) for p in notebooks(COURSE)))
     anywhere = set().union(*hidden.values()) - shown
-    names = [n for f in (AUTOGRADERS / "checks").glob("*.py") for n in re.findall(r"^def (\w+)", f.read_text(), re.M)]
+    names = [n for f in (AUTOGRADERS / "checks").rglob("*.py") for n in re.findall(r"^def (\w+)", f.read_text(), re.M)]
     assert names, "no hidden checks found"
     named = re.compile(r"\b(%s)\b" % "|".join(map(re.escape, names)))
     packaged = _packaged_assets()

@@ -1,4 +1,4 @@
-"""Hidden checks for lesson 3 (Tensor Cores). Never released; see lesson01's file for the form.
+"""Hidden checks for lesson 3 (Tensor Cores). Never released; see lesson 1's for the form.
 
 pad_mlp's cases draw their models at grading time (``draw=``): widths, the activation modules between
 the Linear layers (their settings drawn too), bias flags, the dtype, ``multiple`` and the weights' seed;

@@ -1,4 +1,4 @@
-"""Hidden checks for lesson 10 (beyond one machine). Never released; see lesson01's file for the form.
+"""Hidden checks for lesson 10 (beyond one machine). Never released; see lesson 1's for the form.
 
 Every case draws its inputs at grading time (``Case.draw``). ``slurm_ranks``: task environments (srun's
 variables, jobs of every shape, names, host lists, MASTER_ADDR), sent into the sandbox as plain data; the

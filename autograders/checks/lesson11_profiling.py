@@ -1,4 +1,4 @@
-"""Hidden checks for lesson 11 (profiling). Never released; see lesson01's file for the form.
+"""Hidden checks for lesson 11 (profiling). Never released; see lesson 1's for the form.
 
 Every case draws its traces' specs at grading time (``Case.draw``: the boundaries first, then specs from
 ``gpucourse.checks.lesson11_profiling.trace_specs`` with a seed drawn then). The sandbox builds each trace from its spec

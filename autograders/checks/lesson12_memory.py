@@ -1,4 +1,4 @@
-"""Hidden checks for lesson 12 (where the memory goes). Never released; see lesson01's file for the form.
+"""Hidden checks for lesson 12 (where the memory goes). Never released; see lesson 1's for the form.
 
 Every hidden case draws its inputs at grading time (``Case.draw``, a generator seeded per submission on
 the grader's side): model specs and arguments for ``training_bytes``, block stacks and budgets for

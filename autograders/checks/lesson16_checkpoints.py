@@ -1,4 +1,4 @@
-"""Hidden checks for lesson 16 (checkpoints and restarts). Never released; see lesson01's file for the form.
+"""Hidden checks for lesson 16 (checkpoints and restarts). Never released; see lesson 1's for the form.
 
 Every case draws its inputs at grading time (``Case.draw``: boundaries first, then random ones from the whole
 domain the exercise's text states). ``latest_complete_checkpoint``: the draws are layouts (plain data, see

@@ -1,4 +1,4 @@
-"""Hidden checks for lesson 18 (tensor, sequence and pipeline parallel). Never released; see lesson01's file
+"""Hidden checks for lesson 18 (tensor, sequence and pipeline parallel). Never released; see lesson 1's
 for the form.
 
 Both exercises are plain functions: each case draws its calls at grading time (``Case.draw``: boundaries
