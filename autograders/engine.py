@@ -44,6 +44,7 @@ import nbformat
 
 import gpucourse.checks as public
 from gpucourse import environment
+from gpucourse.checks.seeded import global_rng
 
 from . import assemble, sandbox
 from .context import CaseRef, SandboxOptions, Submission
@@ -371,8 +372,12 @@ def _judge(case: public.Case, observation: dict | None, inputs=None) -> str | No
             return str(observation.get("error", "an answer is missing"))
         return f"raised {observation.get('error', 'an error')}"
     try:
-        # ``seen``: the supervisor's own measurement of the worker, from outside it (Case.seen)
-        return case.judge_with(observation.get("data"), inputs, observation.get("seen"))
+        # One judge at a time holds torch's global generator (gpucourse.checks.seeded): the pool judges in several
+        # threads, and a judge that seeds it and rebuilds a model must see no other judge's draws in between
+        # (one that builds an nn.Linear consumes it too). ``seen``: the supervisor's own measurement of the worker,
+        # from outside it (Case.seen).
+        with global_rng():
+            return case.judge_with(observation.get("data"), inputs, observation.get("seen"))
     except Exception as error:  # malformed data is a failed check, not a grader crash
         return f"unexpected data ({type(error).__name__})"
 

@@ -209,6 +209,37 @@ def test_a_run_without_observations_scores_zero(tmp_path):
     assert all("no observation" in line for lines in sub.report.values() for line in lines)
 
 
+def test_judges_in_two_threads_never_draw_between_each_others_seed_and_model():
+    """The pool judges submissions in threads that share torch's global generator. A judge that seeds it and
+    builds a model (lesson 7's reference) got another model when a judge in another thread built an nn.Linear
+    in between (seen once in CI: a right answer scored 0, its weights 0.43 from the reference's). ``_judge``
+    holds the generator for the whole judge: the second thread's draws wait until the first judge is done."""
+    import threading
+    import time
+
+    import torch
+
+    from gpucourse.checks import Case
+
+    def seeded_model() -> list[float]:
+        torch.manual_seed(7)
+        time.sleep(0.2)  # the GIL goes to the other thread here, as it may between any two bytecodes
+        return torch.nn.Linear(3, 2).weight.reshape(-1).tolist()
+
+    quiet = seeded_model()
+    got = {}
+    slow = Case("seeds, then builds", lambda ns: None, lambda data: got.setdefault("weights", seeded_model()) and None)
+    busy = Case("builds layers", lambda ns: None, lambda data: [torch.nn.Linear(8, 8) for _ in range(20)] and None)
+    first = threading.Thread(target=engine._judge, args=(slow, {"ok": True, "data": 1}))
+    first.start()
+    time.sleep(0.05)  # the first judge has seeded and sleeps
+    second = threading.Thread(target=engine._judge, args=(busy, {"ok": True, "data": 1}))
+    second.start()
+    first.join()
+    second.join()
+    assert got["weights"] == quiet
+
+
 def test_case_refs_travel_as_strings_and_parse_back():
     ref = CaseRef("choose_tools", "hidden", 3)
     assert str(ref) == "choose_tools/hidden/3" and ref.hidden
