@@ -4,9 +4,9 @@
 ``nn.Linear`` draws its initial weights from torch's one global generator, and the grader judges
 submissions in several threads at once: two judges seeding it at the same time would each get a model
 made of the other's draws, and so would a judge whose seed and model another thread's draw falls between
-(building any ``nn.Linear`` draws). The grader runs every judge inside ``global_rng()``
-(``autograders.engine._judge``): one at a time, the state put back afterwards; a judge that seeds it
-says so with its own ``global_rng()`` too, for callers outside the grader.
+(building any ``nn.Linear`` draws). The grader runs every judge inside ``global_rng()``: one at a
+time, the state put back afterwards; a judge that seeds it says so with its own ``global_rng()`` too,
+for callers outside the grader.
 """
 
 from __future__ import annotations
