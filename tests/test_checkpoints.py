@@ -15,7 +15,7 @@ from gpucourse.checks import lesson16_checkpoints as L
 
 
 @pytest.mark.slow  # torchrun launches of several ranks (15-45 s each): `make test`, not `make test-fast`
-def test_dcp_checkpoint_from_2_ranks_loads_on_1_and_3_ranks_and_training_goes_on():
+def test_dcp_checkpoint_from_2_ranks_loads_on_1_2_and_3_ranks_and_training_goes_on():
     with tempfile.TemporaryDirectory(prefix="test-resilience-") as folder:
         ckpt = Path(folder) / "step_3"
         saved, _ = H.run("save", nproc=2, ckpt=ckpt, width=32, steps=3, more=2)
@@ -36,7 +36,7 @@ def test_dcp_checkpoint_from_2_ranks_loads_on_1_and_3_ranks_and_training_goes_on
         assert set(items) == {"__0_0.distcp", "__1_0.distcp"}
         assert all(items[f]["model_shards"] == 8 for f in items)  # 4 Linear layers: a shard of each weight and bias
         assert sum(items[f]["bytes"] for f in items) == files["__0_0.distcp"] + files["__1_0.distcp"]
-        for nproc in (1, 3):
+        for nproc in (1, 2, 3):
             loaded, _ = H.run("load", nproc=nproc, ckpt=ckpt, width=32, steps=3, more=2)
             assert [r["rank"] for r in loaded] == list(range(nproc))
             assert sum(r["local_parameters"] for r in loaded) >= parameters
@@ -45,17 +45,13 @@ def test_dcp_checkpoint_from_2_ranks_loads_on_1_and_3_ranks_and_training_goes_on
                 assert r["weights_loaded"] == saved[0]["weights_saved"]  # bit for bit, resharded
                 gap = max(abs(a - b) for a, b in zip(r["weights_after_more"], saved[0]["weights_after_more"]))
                 assert gap < 1e-12  # float64: only the order of the gradient sums differs
+            if nproc == 2:
+                # the load really restores Adam's state: on the same world size the 2 more steps are the
+                # saved run's bit for bit (a model that only loaded the weights would train to others),
+                # and they did train
+                assert loaded[0]["weights_after_more"] == saved[0]["weights_after_more"]
+                assert loaded[0]["weights_after_more"] != loaded[0]["weights_loaded"]
         assert list(Path(folder).iterdir())  # written where asked (removed with the folder)
-
-
-@pytest.mark.slow  # torchrun launches of several ranks (15-45 s each): `make test`, not `make test-fast`
-def test_loading_without_the_optimizer_state_would_show():
-    """The load really restores Adam's state: a model that only loads the weights trains to other weights."""
-    with tempfile.TemporaryDirectory(prefix="test-resilience-") as folder:
-        saved, _ = H.run("save", nproc=2, ckpt=Path(folder) / "c", width=16, steps=3, more=2)
-        loaded, _ = H.run("load", nproc=2, ckpt=Path(folder) / "c", width=16, steps=3, more=2)
-        assert loaded[0]["weights_after_more"] == saved[0]["weights_after_more"]  # same world size: bit for bit
-        assert loaded[0]["weights_after_more"] != loaded[0]["weights_loaded"]  # and it did train
 
 
 @pytest.mark.slow  # torchrun launches of several ranks (15-45 s each): `make test`, not `make test-fast`
