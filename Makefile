@@ -74,10 +74,11 @@ nbgrader: install
 XDIST ?= -n auto --dist loadgroup
 # Under XDIST every core already runs a worker, so a torch process's second OpenMP thread shares a core with
 # another worker. OpenMP's default wait spins: a thread that reaches a barrier burns its core waiting for one
-# that is descheduled. Measured on the 2-core machine (2 processes, 1,000 steps of a small MLP, 2 threads
-# each, at once): 12.4-13.0 s each spinning, 1.6 s with OMP_WAIT_POLICY=PASSIVE (waiting threads sleep).
-# Alone, PASSIVE is slower for such small ops (1.7 s against 1.1 s), so only the parallel tiers set it; a
-# student's notebook and `make bench` keep OpenMP's default.
+# that is descheduled (torch's libgomp spins 300,000 times before it sleeps, fewer only when one process has
+# more threads than cores: https://gcc.gnu.org/onlinedocs/libgomp/GOMP_005fSPINCOUNT.html). Measured on the
+# 2-core machine, 2 processes at once, each 1,000 steps of a small MLP on 2 threads: 12.4-13.0 s each
+# spinning, 1.6 s with OMP_WAIT_POLICY=PASSIVE (waiting threads sleep). Alone, PASSIVE is slower for such
+# small ops (1.7 s against 1.1 s), so only the parallel tiers set it; notebooks and `make bench` keep the default.
 SHARED_CORES ?= OMP_WAIT_POLICY=PASSIVE
 # The slowest tests are listed at the end of every run (where the time goes, for keeping the tiers in budget).
 DURATIONS ?= --durations=40 --durations-min=5
