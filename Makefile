@@ -72,22 +72,14 @@ nbgrader: install
 # Both tiers run on every core (pytest-xdist); tests that share a module's fixture, or one notebook's run,
 # stay on one worker (tests/conftest.py). XDIST= runs them in one process, as when debugging one test.
 XDIST ?= -n auto --dist loadgroup
-# Under XDIST every core already runs a worker, so a torch process's second OpenMP thread shares a core with
-# another worker. OpenMP's default wait spins: a thread that reaches a barrier burns its core waiting for one
-# that is descheduled (torch's libgomp spins 300,000 times before it sleeps, fewer only when one process has
-# more threads than cores: https://gcc.gnu.org/onlinedocs/libgomp/GOMP_005fSPINCOUNT.html). Measured on the
-# 2-core machine, 2 processes at once, each 1,000 steps of a small MLP on 2 threads: 12.4-13.0 s each
-# spinning, 1.6 s with OMP_WAIT_POLICY=PASSIVE (waiting threads sleep). Alone, PASSIVE is slower for such
-# small ops (1.7 s against 1.1 s), so only the parallel tiers set it; notebooks and `make bench` keep the default.
-SHARED_CORES ?= OMP_WAIT_POLICY=PASSIVE
 # The slowest tests are listed at the end of every run (where the time goes, for keeping the tiers in budget).
 DURATIONS ?= --durations=40 --durations-min=5
 test: install
-	GPUCOURSE_SMOKE=1 GPUCOURSE_OFFLINE=1 $(SHARED_CORES) $(BIN)/python -m pytest -m "not bench and not stress and not edition" $(XDIST) $(DURATIONS) $(PYTEST_ARGS)
+	GPUCOURSE_SMOKE=1 GPUCOURSE_OFFLINE=1 $(BIN)/python -m pytest -m "not bench and not stress and not edition" $(XDIST) $(DURATIONS) $(PYTEST_ARGS)
 
 # The same suite without the tests marked slow (pyproject.toml's markers): minutes, for every change.
 test-fast: install
-	GPUCOURSE_SMOKE=1 GPUCOURSE_OFFLINE=1 $(SHARED_CORES) $(BIN)/python -m pytest -m "not slow and not bench and not stress and not edition" $(XDIST) $(DURATIONS) $(PYTEST_ARGS)
+	GPUCOURSE_SMOKE=1 GPUCOURSE_OFFLINE=1 $(BIN)/python -m pytest -m "not slow and not bench and not stress and not edition" $(XDIST) $(DURATIONS) $(PYTEST_ARGS)
 
 # Every torchrun demo and script exercise (and lesson 9's ddp_spawn script) launched many times in a row
 # beside a busy process: each launch must exit 0 with no rank aborting at exit. Tens of minutes; one at a
