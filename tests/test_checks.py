@@ -10,6 +10,7 @@ import select
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -244,6 +245,11 @@ def test_script_source_comes_from_the_notebook_cells_that_define_it():
     assert source == ddp.HEADER + cell  # the latest cell defining both, once, with its imports
 
 
+def _write_and_close(fd: int, data: bytes) -> None:
+    with contextlib.suppress(OSError), os.fdopen(fd, "wb") as pipe:  # the runner may stop reading (a test of that)
+        pipe.write(data)
+
+
 def _run_runner(job: dict, user: int | None = None, processes: int | None = None, pid_namespace: bool = False) -> list[dict]:
     """The runner's records up to its "done" (read until then: a process it left behind may hold the pipe open);
     ``user`` and ``processes``: run as that user, with at most that many processes (RLIMIT_NPROC);
@@ -256,11 +262,18 @@ def _run_runner(job: dict, user: int | None = None, processes: int | None = None
     if pid_namespace:
         drop = ["unshare", "--pid", "--fork", "--mount-proc", "--kill-child", *drop]
     limit = (lambda: resource.setrlimit(resource.RLIMIT_NPROC, (processes, processes))) if processes else None
+    job = dict(job)
+    observers = json.dumps(job.pop("observers", [])).encode()  # on a pipe of their own, as the grader sends them
     read_end, write_end = os.pipe()
-    proc = subprocess.Popen([*drop, sys.executable, "-m", "autograders.worker", str(write_end)], stdin=subprocess.PIPE,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, pass_fds=(write_end,), preexec_fn=limit,
+    observers_r, observers_w = os.pipe()
+    proc = subprocess.Popen([*drop, sys.executable, "-m", "autograders.worker", str(write_end), str(observers_r)],
+                            stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            pass_fds=(write_end, observers_r), preexec_fn=limit,
                             env={**os.environ, "MPLCONFIGDIR": "/tmp"} if user is not None else None)
     os.close(write_end)
+    os.close(observers_r)
+    writer = threading.Thread(target=_write_and_close, args=(observers_w, observers), daemon=True)
+    writer.start()
     proc.communicate(json.dumps(job).encode(), timeout=120)
     records, buffer, deadline = [], b"", time.monotonic() + 30
     with os.fdopen(read_end, "rb", buffering=0) as pipe:

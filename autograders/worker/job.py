@@ -10,7 +10,7 @@ with a message that names them: a grader and a worker of different versions neve
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 
@@ -31,12 +31,11 @@ class Job:
     launch_tries: int = 3  # launches of a script exercise that fail for the machine's reasons, before a flag
     message_bytes: int = 32 << 20  # the longest JSON line on a channel between the sandbox's processes
     alarm_retry_seconds: float = 0.5  # a cell's alarm repeats this often until it is taken
-    observers: tuple[dict, ...] = field(default=())  # tests only: the grader sends observers on their own pipe
 
     def __post_init__(self):
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
-            if f.name in ("cells", "observers"):
+            if f.name == "cells":
                 if not isinstance(value, (list, tuple)) or not all(isinstance(c, dict) for c in value):
                     raise ValueError(f"job: {f.name} must be a list of objects")
                 object.__setattr__(self, f.name, tuple(value))
@@ -60,8 +59,8 @@ class Job:
         return cls(**data)
 
     def settings(self) -> dict:
-        """Every field but the cells and observers: what the grader's settings decide."""
-        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in ("cells", "observers")}
+        """Every field but the cells: what the grader's settings decide."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "cells"}
 
 
 DEFAULTS = Job(cells=())

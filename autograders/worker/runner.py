@@ -5,8 +5,7 @@
 ``job.json``: ``{"cells": [{"source", "grade_id"}], ...}``, the grader's settings beside the cells, each
 field declared once with its default in ``job.Job`` (which refuses unknown fields and wrong types); the
 observers (``[{"case", "source", "function"}]``, and ``"inputs"`` for a case that draws them) come on
-OBSERVERS_FD, read only once the cells are done (tests may put them in the job as ``"observers"`` and
-leave OBSERVERS_FD out).
+OBSERVERS_FD, read only once the cells are done.
 RESULTS_FD receives JSON lines: one per cell (its output and error), in order; then one per
 observer, in order (``{"case", "ok", "data" | "error"}``; ``"answer": true`` when the error is a
 missing or mistyped answer, whose message already says what to define); ``{"type": "flag",

@@ -422,15 +422,12 @@ def _read_observers(fd: int) -> list[dict]:
     return json.loads(b"".join(chunks) or b"[]")
 
 
-def main(results_fd: int, observers_fd: int | None = None) -> None:
+def main(results_fd: int, observers_fd: int) -> None:
     """The supervisor. The job on stdin holds the cells; the observers come on ``observers_fd``, read
-    only once the cells are done (given in the job instead, they are moved to a pipe of this process's
-    own before any worker starts: what tests hand the runner)."""
+    only once the cells are done."""
     job = Job.parse(json.loads(sys.stdin.read()))
     sys.stdin.close()
     _settings(job)
-    if observers_fd is None:
-        observers_fd = _park(list(job.observers))
     _not_dumpable()
     import_course()
     become_subreaper()
@@ -446,23 +443,3 @@ def main(results_fd: int, observers_fd: int | None = None) -> None:
     emit({"type": "done"})
     os._exit(0)  # no atexit hooks, no waiting for threads
 
-
-F_SETPIPE_SZ = 1031
-
-
-def _park(observers: list[dict]) -> int:
-    """Observers given in the job, moved into a pipe (kernel memory) until the cells are done."""
-    import fcntl
-
-    read_end, write_end = os.pipe()
-    data = json.dumps(observers).encode()
-    with contextlib.suppress(OSError):
-        fcntl.fcntl(write_end, F_SETPIPE_SZ, min(max(len(data) + 4096, 65536), 1 << 20))
-    os.set_blocking(write_end, False)
-    try:
-        if os.write(write_end, data) != len(data):
-            raise BlockingIOError
-    except BlockingIOError:
-        raise SystemExit("runner: observers this large come on their own descriptor (python -m ... RESULTS_FD OBSERVERS_FD)")
-    os.close(write_end)
-    return read_end
