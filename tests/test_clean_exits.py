@@ -110,7 +110,31 @@ def test_every_demo_is_launched_here_or_by_its_lessons_test():
         if path.endswith(".ipynb"):
             text = "\n".join("".join(c["source"]) for c in json.loads(text)["cells"] if c["cell_type"] == "code")
         assert call in text, f"{name}: {path} no longer launches it ({call!r} not found): launch it here again"
-        assert not re.search(r"^pytestmark = .*(stress|bench)", text, re.M), f"{path} is not in `make test`"
+        if path.endswith(".py"):
+            assert not re.search(r"^pytestmark = .*(stress|bench|skip)", text, re.M), f"{path} is not in `make test`"
+            assert not _left_out_of_make_test(text, call), f"{name}: the test in {path} that launches it is not in `make test`"
+
+
+def _left_out_of_make_test(text: str, call: str) -> bool:
+    """Whether the test function around the first ``call`` in ``text`` is marked stress, bench or skip (a
+    helper or fixture around it is not judged: the tests that use it are)."""
+    line = text[:text.index(call)].count("\n") + 1
+    around = [node for node in ast.walk(ast.parse(text)) if isinstance(node, ast.FunctionDef)
+              and node.lineno <= line <= node.end_lineno]
+    if not around:
+        return False
+    inner = max(around, key=lambda node: node.lineno)
+    marks = " ".join(ast.unparse(d) for d in inner.decorator_list)
+    return inner.name.startswith("test_") and bool(re.search(r"\b(stress|bench|skip|skipif)\b", marks))
+
+
+def test_a_launch_in_a_test_left_out_of_make_test_does_not_count():
+    call = 'H.run("memory"'
+    body = f"def {{name}}():\n    return {call}, nproc=2)\n"
+    assert _left_out_of_make_test("import pytest\n@pytest.mark.stress\n" + body.format(name="test_a"), call)
+    assert _left_out_of_make_test("@pytest.mark.skip(reason='x')\n" + body.format(name="test_a"), call)
+    assert not _left_out_of_make_test("@pytest.mark.slow\n" + body.format(name="test_a"), call)
+    assert not _left_out_of_make_test(body.format(name="_launch"), call)  # a helper: the tests using it are judged
 
 
 @pytest.mark.slow
