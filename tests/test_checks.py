@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from autograders import assemble
+from autograders import assemble, engine
 from conftest import AUTOGRADERS, COURSE, ROOT, SOLUTIONS, execute_notebook, nbgrader_meta, notebooks, read
 from gpucourse import checks
 from gpucourse.checks import ddp
@@ -245,11 +245,6 @@ def test_script_source_comes_from_the_notebook_cells_that_define_it():
     assert source == ddp.HEADER + cell  # the latest cell defining both, once, with its imports
 
 
-def _write_and_close(fd: int, data: bytes) -> None:
-    with contextlib.suppress(OSError), os.fdopen(fd, "wb") as pipe:  # the runner may stop reading (a test of that)
-        pipe.write(data)
-
-
 def _run_runner(job: dict, user: int | None = None, processes: int | None = None, pid_namespace: bool = False) -> list[dict]:
     """The runner's records up to its "done" (read until then: a process it left behind may hold the pipe open);
     ``user`` and ``processes``: run as that user, with at most that many processes (RLIMIT_NPROC);
@@ -272,8 +267,8 @@ def _run_runner(job: dict, user: int | None = None, processes: int | None = None
                             env={**os.environ, "MPLCONFIGDIR": "/tmp"} if user is not None else None)
     os.close(write_end)
     os.close(observers_r)
-    writer = threading.Thread(target=_write_and_close, args=(observers_w, observers), daemon=True)
-    writer.start()
+    # the grader's own writer: closes the pipe when done, and stops when the runner no longer reads
+    threading.Thread(target=engine._write_all, args=(observers_w, observers), daemon=True).start()
     proc.communicate(json.dumps(job).encode(), timeout=120)
     records, buffer, deadline = [], b"", time.monotonic() + 30
     with os.fdopen(read_end, "rb", buffering=0) as pipe:
