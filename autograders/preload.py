@@ -18,7 +18,7 @@ the sandbox's worker (``worker.trust.PRELOAD``), ``sandbox`` and ``sandbox_view`
 nothing secret) only. Its socket and every other descriptor it holds are closed in the child before student code
 runs, and the child forgets the grader's modules (``_forget_grader``) before it runs the program.
 It stays on the grader's side (it applies ``sandbox``'s limits), but its children become sandboxes;
-its serve loop and the zygote's are two (``worker.forking`` says why).
+it forks them in ``worker.forking.serve``, the loop the zygote serves its launches with too.
 
 Protocol (a SOCK_SEQPACKET socket, one JSON message each way per step): first ``{"ready": bool,
 "why": str}``; then per run, a request with the descriptors for stdin, stdout and ``pass_fds``
@@ -28,7 +28,6 @@ attached, answered by ``{"pid": N}`` once the child has its own session, and by 
 
 from __future__ import annotations
 
-import ctypes
 import fcntl
 import importlib
 import io
@@ -38,18 +37,15 @@ import resource
 import runpy
 import signal
 import socket
-import subprocess
 import sys
 import traceback
 
 from . import sandbox  # its Limits, and the limits applied as sandbox.run applies them
-from .sandbox_view import NOBODY, ROOT_MOUNT
-from .worker.forking import fork_safe, in_child
+from .namespaces import isolate
+from .worker import forking
+from .worker.forking import fork_safe
 from .worker.trust import PRELOAD
 
-CLONE_NEWNS, CLONE_NEWIPC, CLONE_NEWPID, CLONE_NEWNET = 0x00020000, 0x08000000, 0x20000000, 0x40000000
-PR_SET_PDEATHSIG, PR_SET_NO_NEW_PRIVS = 1, 38
-LINUX_CAPABILITY_VERSION_3 = 0x20080522
 HIGH_FD = 1000  # received descriptors are parked above this while the child closes everything else
 
 
@@ -75,30 +71,40 @@ def serve(sock: socket.socket) -> None:
     sock.send(json.dumps({"ready": ready, "why": why}).encode())
     if not ready:
         return
-    while True:
+
+    def receive() -> "_Run | None":
         try:
             message, fds, _, _ = socket.recv_fds(sock, 1 << 20, 16)
         except OSError:
-            return
-        if not message:
-            return  # the grader is gone
-        request = json.loads(message)
-        started_r, started_w = os.pipe()
-        pid = os.fork()
-        if pid == 0:
-            def child(request=request, fds=fds) -> None:  # exits itself with the program's code
-                os.close(started_r)
-                _child(request, fds, started_w, base_path)
+            return None
+        return _Run(json.loads(message), fds, base_path) if message else None  # no message: the grader is gone
 
-            in_child(child, code=127)
-        os.close(started_w)
-        for fd in fds:
+    forking.serve(receive, lambda reply: sock.send(json.dumps(reply).encode()), failure_code=127)
+
+
+class _Run:
+    """One sandboxed run (a ``worker.forking.Fork``): the child becomes the program (``_child``); the server
+    names it once it has its own session (from then on the grader may kill its group), then waits for it."""
+
+    def __init__(self, request: dict, fds: list[int], base_path: list[str]):
+        self.request, self.fds, self.base_path = request, fds, base_path
+        self.started_r, self.started_w = os.pipe()
+
+    def child(self) -> None:  # exits itself with the program's code
+        os.close(self.started_r)
+        _child(self.request, self.fds, self.started_w, self.base_path)
+
+    def forked(self, pid: int) -> dict:
+        os.close(self.started_w)
+        for fd in self.fds:
             os.close(fd)
-        os.read(started_r, 1)  # the child has its own session: the grader may kill its group from now on
-        os.close(started_r)
-        sock.send(json.dumps({"pid": pid}).encode())
+        os.read(self.started_r, 1)  # the child has its own session
+        os.close(self.started_r)
+        return {"pid": pid}
+
+    def finished(self, pid: int) -> dict:
         _, status = os.waitpid(pid, 0)
-        sock.send(json.dumps({"status": os.waitstatus_to_exitcode(status)}).encode())
+        return {"status": os.waitstatus_to_exitcode(status)}
 
 
 def _descriptors(fds: list[int], targets: list[int]) -> None:
@@ -113,58 +119,6 @@ def _descriptors(fds: list[int], targets: list[int]) -> None:
     os.closerange(HIGH_FD, resource.getrlimit(resource.RLIMIT_NOFILE)[0])
 
 
-def _libc():
-    return ctypes.CDLL(None, use_errno=True)
-
-
-def _check(result: int, what: str) -> None:
-    if result != 0:
-        error = ctypes.get_errno()
-        raise OSError(error, f"{what}: {os.strerror(error)}")
-
-
-def _drop_privileges(processes: int, user: int = NOBODY) -> None:
-    """What ``setpriv --reuid=USER --regid=USER --clear-groups --no-new-privs --inh-caps=-all``
-    and ``prlimit --nproc`` do (USER: nobody, or another free uid, sandbox.Limits.user); refuses to go
-    on if any capability is left."""
-    libc = _libc()
-    _check(libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
-    os.setgroups([])
-    os.setresgid(user, user, user)
-    os.setresuid(user, user, user)
-    header = (ctypes.c_uint32 * 2)(LINUX_CAPABILITY_VERSION_3, 0)
-    data = (ctypes.c_uint32 * 6)()  # effective, permitted, inheritable, twice: all empty
-    _check(libc.capset(header, data), "capset")
-    status = dict(line.split(":", 1) for line in open("/proc/self/status") if ":" in line)
-    left = [k for k in ("CapInh", "CapPrm", "CapEff", "CapAmb") if int(status.get(k, "0").strip(), 16)]
-    if left or os.getuid() != user or os.getgid() != user or os.getgroups():
-        raise SystemExit(f"preload: privileges not dropped ({', '.join(left) or 'ids'})")
-    resource.setrlimit(resource.RLIMIT_NPROC, (processes, processes))
-
-
-def _isolate(script: str, processes: int, user: int = NOBODY) -> None:
-    """New namespaces; the child of this process becomes PID 1 of the new PID namespace and returns,
-    as ``nobody`` in /mnt; this process waits for it and exits as it did (``unshare --fork --kill-child``)."""
-    libc = _libc()
-    _check(libc.unshare(CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWPID | CLONE_NEWIPC), "unshare")
-    pid = os.fork()
-    if pid:
-        _, status = os.waitpid(pid, 0)
-        code = os.waitstatus_to_exitcode(status)
-        if code < 0:
-            signal.signal(-code, signal.SIG_DFL)
-            os.kill(os.getpid(), -code)
-        os._exit(code & 0xFF)
-    _check(libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "pdeathsig")
-    mounts = subprocess.run(["sh", "-c", script], stdin=subprocess.DEVNULL)  # output: the sandbox's own
-    if mounts.returncode != 0:
-        os._exit(mounts.returncode & 0xFF or 1)
-    os.chroot(ROOT_MOUNT)  # the root the script put together: only what sandbox_view.visible() lists
-    os.chdir("/mnt")
-    _drop_privileges(processes, user)
-    _check(libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "pdeathsig")  # a change of user clears it
-
-
 def _child(request: dict, fds: list[int], started: int, base_path: list[str]) -> None:
     limits = sandbox.Limits(**request["limits"])
     # its cgroup first (before the job, which holds the student's code, is read), then a new session and the limits
@@ -174,7 +128,7 @@ def _child(request: dict, fds: list[int], started: int, base_path: list[str]) ->
     for number in (signal.SIGCHLD, signal.SIGTERM, signal.SIGHUP, signal.SIGALRM):
         signal.signal(number, signal.SIG_DFL)
     if request["isolate"]:
-        _isolate(request["script"], limits.processes, limits.user)
+        isolate(request["script"], limits.processes, limits.user)
     else:
         os.chdir(request["workdir"])
     os.environ.clear()

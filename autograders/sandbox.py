@@ -12,7 +12,7 @@ grader's sandbox-side ``autograders.worker``; nothing of the checkout around the
 students' work or of the rest of the grader; sandbox_view.py builds it), and the code runs as
 ``nobody`` with no capabilities. Two ways, probed once (``probe()``):
 
-- ``namespaces``: the grader runs as root on Linux and ``unshare`` works (CI, a grading server); the
+- ``namespaces``: the grader runs as root on Linux and can create namespaces (CI, a grading server); the
   code runs as the real ``nobody``, and runs may be forked from a preloaded Python (``Preloaded``).
 - ``bwrap``: any user, with bubblewrap and unprivileged user namespaces (a laptop, a shared account);
   the code is ``nobody`` inside a user namespace and the grader's own user outside (with its
@@ -41,6 +41,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
@@ -103,7 +104,7 @@ class Isolation:
 
     def describe(self) -> str:
         if self.method == "namespaces":
-            text = "isolated: namespaces (root, unshare), code runs as nobody"
+            text = "isolated: namespaces (root, autograders.namespaces), code runs as nobody"
         elif self.method == "bwrap":
             text = "isolated: bubblewrap (user namespaces), code runs as nobody in its own namespaces"
         else:
@@ -141,12 +142,14 @@ def probe() -> Isolation:
     if sys.platform != "linux":
         return Isolation("", ("namespaces and bubblewrap need Linux: grade a class on a Linux machine or VM",))
     if os.geteuid() == 0:  # the real nobody; bubblewrap as root would map nobody to root, exempt from RLIMIT_NPROC
-        if not (shutil.which("unshare") and shutil.which("setpriv")):
-            return Isolation("", ("unshare and setpriv are missing: apt-get install util-linux",))
-        trial = subprocess.run(["unshare", "--net", "--mount", "--pid", "--ipc", "--fork", "--mount-proc", "true"],
-                               capture_output=True, timeout=30)
+        missing = [tool for tool in ("sh", "mount", "ip") if not shutil.which(tool, path=os.defpath)]
+        if missing:
+            return Isolation("", (f"{', '.join(missing)} missing: apt-get install util-linux iproute2",))
+        with tempfile.TemporaryDirectory(prefix="gpucourse-probe-") as folder:  # a run of `true`, isolated as every run
+            trial = subprocess.run(sandbox_view._isolated_command(["true"], Path(folder), [], sandbox_view.NOBODY, 16),
+                                   cwd=sandbox_view.GRADER.parent, env={"PATH": os.defpath}, capture_output=True, timeout=60)
         if trial.returncode != 0:
-            return Isolation("", ("unshare cannot create namespaces (a container without CAP_SYS_ADMIN?): "
+            return Isolation("", ("the sandbox's namespaces could not be created (a container without CAP_SYS_ADMIN?): "
                                   + trial.stderr.decode(errors="replace").strip()[-200:],))
         return Isolation("namespaces")
     if not shutil.which("bwrap"):
@@ -296,7 +299,7 @@ class Preloaded:
             return None
         request = {"command": command, "workdir": str(workdir), "env": env, "isolate": bool(isolate),
                    "limits": dataclasses.asdict(limits), "pass_fds": list(pass_fds), "cgroup": list(cgroup),
-                   "script": "\n".join(sandbox_view._mount_script(workdir, hide, proc=True, tmpfs_bytes=limits.tmpfs_bytes))
+                   "script": "\n".join(sandbox_view._mount_script(workdir, hide, tmpfs_bytes=limits.tmpfs_bytes))
                    if isolate else ""}
         stdin_r, stdin_w = os.pipe()
         stdout_r, stdout_w = os.pipe()
@@ -393,7 +396,9 @@ def _run(command, workdir, env, hide, limits, method, stdin, pass_fds, preloaded
             full = sandbox_view._bwrap_command(command, workdir, list(hide), limits.tmpfs_bytes)
         else:
             full = command
-        proc = subprocess.Popen(full, cwd=workdir, env=env,
+        # autograders.namespaces starts in the grader's folder (``-m`` looks in the working folder first) and
+        # moves to /mnt, the run's folder, inside its new root
+        proc = subprocess.Popen(full, cwd=sandbox_view.GRADER.parent if method == "namespaces" else workdir, env=env,
                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                 preexec_fn=_limit_resources(limits, joins), pass_fds=pass_fds, close_fds=True)
     for fd in pass_fds:  # handed over: the child holds them now, and readers must see EOF when it exits

@@ -1,22 +1,21 @@
 """What a sandbox sees of this machine: one allow-list (``visible()``), and the commands that build a
 sandbox's root from it and nothing else. ``sandbox.run`` starts every isolated run with one of them.
 
-- ``namespaces`` (the grader is root): ``_isolated_command`` enters new namespaces with ``unshare``,
-  ``_mount_script`` puts the root together at ROOT_MOUNT from ``visible()`` alone (``_root_script``),
-  and the code runs there (``chroot``) as the sandbox's user; a preloaded Python's child runs the same
-  script (autograders/preload.py).
+- ``namespaces`` (the grader is root): ``autograders.namespaces`` enters new namespaces, runs
+  ``_mount_script``, which puts the root together at ROOT_MOUNT from ``visible()`` alone
+  (``_root_script``), and the code runs there (``chroot``) as the sandbox's user: in a preloaded
+  Python's child (autograders/preload.py), or before a program that a run starts (``_isolated_command``).
 - ``bwrap`` (any user): ``_bwrap_command``, bubblewrap's namespaces (``_bwrap_base``, which
   ``sandbox.probe`` tries too) over an empty root holding ``visible()`` read-only.
 
 Either way a ``hide`` folder that lies inside a visible one is covered by an empty tmpfs (``_hidden``),
 the sandbox has its own /proc, /dev, /tmp and /dev/shm, and its working folder is /mnt.
-``_keep_reachable`` keeps folders reachable under masking mounts for a mount namespace put together
-by hand (tests/test_sandbox.py's run as an ordinary user).
 """
 
 from __future__ import annotations
 
 import functools
+import json
 import os
 import shlex
 import shutil
@@ -144,30 +143,27 @@ def _root_script(workdir: Path, hide: list[Path], tmpfs_bytes: int = 0) -> list[
     return script
 
 
-def _mount_script(workdir: Path, hide: list[Path], proc: bool = False, tmpfs_bytes: int = 0) -> list[str]:
-    """Shell lines run as root inside the new namespaces: loopback up, then the sandbox's root from
-    ``visible()`` alone (``_root_script``) at ROOT_MOUNT, which the caller makes the root. ``proc``:
-    mount the PID namespace's own /proc first (what ``unshare --mount-proc`` does; the preloaded path
-    has no ``unshare`` command to do it).
+def _mount_script(workdir: Path, hide: list[Path], tmpfs_bytes: int = 0) -> list[str]:
+    """Shell lines run as root inside the new namespaces: the PID namespace's own /proc (what ``unshare
+    --mount-proc`` does), loopback up, then the sandbox's root from ``visible()`` alone (``_root_script``)
+    at ROOT_MOUNT, which the caller makes the root.
 
     The new network namespace has only a loopback interface, brought up so that the code can use
     127.0.0.1 among its own processes (gloo needs it); nothing outside the namespace is reachable.
     """
-    script = ["set -e", "mount --make-rprivate /"] + (["mount -t proc -o nosuid,noexec,nodev proc /proc"] if proc else [])
-    script += ["ip link set lo up"]
+    script = ["set -e", "mount --make-rprivate /", "mount -t proc -o nosuid,noexec,nodev proc /proc", "ip link set lo up"]
     return script + _root_script(workdir, hide, tmpfs_bytes)
 
 
 def _isolated_command(command: list[str], workdir: Path, hide: list[Path], user: int, processes: int,
                       tmpfs_bytes: int = 0) -> list[str]:
-    """Wrap ``command``: namespaces, the mounts of ``_mount_script``, then ``user`` (``sandbox.Limits.user``)
-    in /mnt of that root, with at most ``processes`` (RLIMIT_NPROC, set after dropping to that user)."""
-    inner = "cd /mnt && exec setpriv --reuid={0} --regid={0} --clear-groups --no-new-privs --inh-caps=-all " \
-            "prlimit --nproc={1} -- {2}".format(user, processes, shlex.join(command))
-    chroot = shutil.which("chroot", path=os.pathsep.join([os.defpath, "/usr/sbin", "/sbin"])) or "chroot"
-    script = _mount_script(workdir, hide, tmpfs_bytes=tmpfs_bytes) + [f"exec {chroot} {ROOT_MOUNT} sh -c {shlex.quote(inner)}"]
-    return ["unshare", "--net", "--mount", "--pid", "--ipc", "--fork", "--kill-child", "--mount-proc", "--",
-            "sh", "-c", "\n".join(script)]
+    """Wrap ``command``: ``autograders.namespaces`` enters new namespaces, runs ``_mount_script``, makes its
+    root the root and becomes ``user`` (``sandbox.Limits.user``) in /mnt of it, with at most ``processes``
+    (RLIMIT_NPROC, set after dropping to that user), then runs ``command``: the steps a preloaded Python's
+    child takes (autograders/preload.py). Start it with the grader's folder's parent as working folder."""
+    settings = {"script": "\n".join(_mount_script(workdir, hide, tmpfs_bytes=tmpfs_bytes)),
+                "processes": processes, "user": user}
+    return [sys.executable, "-m", f"{GRADER.name}.namespaces", json.dumps(settings), "--", *command]
 
 
 def _bwrap_command(command: list[str], workdir: Path, hide: list[Path], tmpfs_bytes: int = 0) -> list[str]:
@@ -204,48 +200,3 @@ def _bwrap_sizes() -> bool:
         return "--size" in subprocess.run(["bwrap", "--help"], capture_output=True, text=True, timeout=30).stdout
     except (OSError, subprocess.SubprocessError):
         return False
-
-
-# --- a mount namespace put together by hand (tests/test_sandbox.py's run as an ordinary user) --------
-
-def _blocking_ancestor(path: Path) -> Path | None:
-    """The first folder on the way to ``path`` that others may not enter (e.g. /root), if any."""
-    current = Path("/")
-    for part in path.resolve().parts[1:]:
-        current = current / part
-        if current.is_dir() and not current.stat().st_mode & 0o001:
-            return current
-    return None
-
-
-def _keep_reachable(needed: list[Path], masked: list[str]) -> tuple[list[str], list[str]]:
-    """Shell lines around the masking mounts so that ``nobody`` still reaches ``needed`` folders.
-
-    A needed folder can disappear under the namespace's own /tmp (a checkout in /tmp), or sit
-    behind a folder others may not enter (a Python under /root). Before anything is masked, each
-    needed folder is bound aside on a scratch tmpfs; afterwards an empty tmpfs veils each closed
-    ancestor (its other contents stay hidden) and every folder is bound back at its own path.
-    Returns (lines to run before masking, lines to run after ``masked`` mounts are in place).
-    """
-    before = ["mount -t tmpfs -o mode=0700 gpucourse-keep /dev/shm"]
-    after, veiled = [], set()
-    for number, folder in enumerate(needed):
-        keep, path = f"/dev/shm/keep{number}", shlex.quote(str(folder))
-        before += [f"mkdir {keep}", f"mount --bind {path} {keep}"]
-        ancestor = _blocking_ancestor(folder)
-        if ancestor is not None and ancestor not in veiled:
-            after.append(f"mount -t tmpfs -o mode=0755 gpucourse-veil {shlex.quote(str(ancestor))}")
-            veiled.add(ancestor)
-        covered = ancestor is not None or any(str(folder).startswith(m.rstrip("/") + "/") for m in masked)
-        if covered:
-            after += [f"mkdir -p {path}", f"mount --bind {keep} {path}"]
-        after.append(f"umount {keep}")
-    return before, after
-
-
-def _needed_folders() -> list[Path]:
-    """What the sandboxed Python must reach: its interpreter, its venv and the course's package."""
-    import gpucourse
-
-    folders = [Path(sys.base_prefix), Path(sys.prefix), Path(gpucourse.__file__).parent.parent]
-    return list(dict.fromkeys(f.resolve() for f in folders))

@@ -2,7 +2,7 @@
 
 A pytest worker runs threads, so it cannot fork the copy as the runner does (``zygote.start``). It
 starts one as ``python tests/clean_copy.py READ_FD WRITE_FD``, which imports what the runner imports
-before its snapshot and serves (``zygote.serve``), and sends its launches there (``zygote.connect``):
+before its snapshot and serves (``zygote.serve``), and sends its launches there (``zygote.relay``):
 multi-process answers judged in-process launch exactly as in grading. Used by conftest's
 ``forked_launches`` fixture.
 """
@@ -45,25 +45,21 @@ def start() -> subprocess.Popen | None:
         os.close(requests_w)
         os.close(responses_r)
         return None
-    zygote.connect(process.pid, Channel(write=requests_w), responses)
+    zygote.relay(Channel(write=requests_w), responses)
+    process.channels = (requests_w, responses_r)
     return process
 
 
 def stop(process: subprocess.Popen) -> None:
     """End the copy: closing its requests ends its loop; then it is waited for."""
-    from autograders.worker import zygote
-
-    held = zygote._ZYGOTE
-    zygote.disconnect()
-    if held:
-        os.close(held["requests"].write_fd)
+    requests_w, responses_r = process.channels
+    os.close(requests_w)
     try:
         process.wait(30)
     except subprocess.TimeoutExpired:
         process.kill()
         process.wait()
-    if held:
-        os.close(held["responses"].read_fd)
+    os.close(responses_r)
 
 
 def _serve(read_fd: int, write_fd: int) -> None:

@@ -2,7 +2,7 @@
 recipe; refuses without CUDA; gates TF32 and bfloat16 on the GPU's capability; every part runs at tiny sizes.
 
 The GPU sizes need a GPU (`make test-gpu` runs `bench-gpu --quick`); here the same code runs on the CPU
-in the test-only ``--tiny`` mode. No assertion is on a time: only on what was written, what was left
+in its ``--tiny`` dry run. No assertion is on a time: only on what was written, what was left
 out and why, and the file's schema.
 """
 
@@ -15,6 +15,7 @@ import json
 import pytest
 import torch
 
+import reference_fixture
 from gpucourse import bench_gpu, reference
 
 
@@ -72,7 +73,7 @@ def test_progress_names_every_part_as_it_starts_and_ends(tiny_run):
 
 
 def test_the_fixture_holds_every_declared_label_through_the_writer(tmp_path):
-    path = bench_gpu.write(bench_gpu.fixture(), tmp_path / "fixture.json")
+    path = bench_gpu.write(reference_fixture.made_up(), tmp_path / "fixture.json")
     ref = reference.load(str(path))
     assert ref.fixture
     for name, declared in reference.MEASUREMENTS.items():
@@ -81,7 +82,7 @@ def test_the_fixture_holds_every_declared_label_through_the_writer(tmp_path):
 
 
 def test_a_measured_file_with_an_unexplained_label_is_refused(tmp_path):
-    data = bench_gpu.fixture()
+    data = reference_fixture.made_up()
     data["status"] = reference.STATUS
     data["device"] = {"kind": "cuda", "name": "NVIDIA H100 80GB HBM3", "short": "H100", "capability": "9.0"}
     data["measurements"]["h2d_gbps"]["values"].pop("pageable")
@@ -142,7 +143,7 @@ def test_without_cuda_it_refuses_and_says_why(capsys, tmp_path):
     assert not (tmp_path / "x.json").exists()
 
 
-def test_a_cpu_run_is_only_the_test_mode(capsys):
+def test_a_cpu_run_is_only_the_dry_run(capsys):
     assert bench_gpu.main(["--device", "cpu"]) == 2
     assert "--tiny" in capsys.readouterr().err
 

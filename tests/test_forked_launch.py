@@ -303,3 +303,36 @@ def test_the_rendezvous_names_its_events_as_inspect_would():
     ours, torchs, one_up = caller()
     assert ours == torchs == "caller" and one_up == "named"
     assert zygote._method_name(10_000) == "no_method_name"
+
+
+SERVE = """
+import json, os
+from autograders.worker import forking
+
+class Job:
+    def __init__(self, code):
+        self.code = code
+    def child(self):
+        if self.code == "raise":
+            raise RuntimeError("the request failed")
+        return self.code
+    def forked(self, pid):
+        return {"pid": pid > 0 and pid != os.getpid()}
+    def finished(self, pid):
+        return {"status": os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])}
+
+requests, replies = [3, "raise", 0], []
+forking.serve(lambda: Job(requests.pop(0)) if requests else None, replies.append, failure_code=9)
+print(json.dumps(replies))
+"""
+
+
+def test_one_fork_loop_names_each_child_then_says_how_it_ended():
+    """``worker.forking.serve``, the loop of the preload and the zygote: per request a reply naming the child,
+    then one with its exit status (``failure_code`` when the request raised), and an end when no request comes."""
+    done = subprocess.run([sys.executable, "-c", SERVE], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert done.returncode == 0, done.stderr
+    replies = json.loads(done.stdout.splitlines()[-1])
+    assert replies == [{"pid": True}, {"status": 3}, {"pid": True}, {"status": 9}, {"pid": True}, {"status": 0}], replies
+    assert "RuntimeError: the request failed" in done.stderr  # in_child printed the child's traceback

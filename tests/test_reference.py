@@ -15,6 +15,7 @@ import nbformat
 import pytest
 
 import cell_names
+import reference_fixture
 from conftest import notebook_param
 from gpucourse import bench_gpu
 from gpucourse import reference as R
@@ -147,7 +148,7 @@ def test_load_reads_the_named_reference_then_the_environment_then_this_gpu(two_r
 
 def test_a_fixture_loads_only_from_a_path_outside_the_shipped_folder(tmp_path, monkeypatch):
     monkeypatch.delenv(R.ENV, raising=False)
-    fixture = bench_gpu.write(bench_gpu.fixture(), tmp_path / "fixture.json")
+    fixture = bench_gpu.write(reference_fixture.made_up(), tmp_path / "fixture.json")
     ref = R.load(str(fixture))
     assert ref.fixture and "TEST FIXTURE" in ref.label()
     shipped = tmp_path / "shipped"
@@ -254,7 +255,7 @@ READERS = [p for p in sorted((ROOT / "solutions").glob("*/*.ipynb")) if _loading
 def test_lesson1_speedup_note_reads_what_bench_gpu_writes(tmp_path, monkeypatch):
     from gpucourse import processes_threads as P
 
-    fixture = bench_gpu.write(bench_gpu.fixture(), tmp_path / "fixture.json")
+    fixture = bench_gpu.write(reference_fixture.made_up(), tmp_path / "fixture.json")
     monkeypatch.setenv(R.ENV, str(fixture))
     monkeypatch.setenv(R.STRICT_ENV, "1")
     lost = [P.Measurement("count_primes", "serial", 1, 0.4, 1.0), P.Measurement("count_primes", "processes", 2, 0.8, 0.5)]
@@ -293,7 +294,7 @@ def test_every_cell_that_reads_the_reference_runs_against_what_bench_gpu_writes(
     need, run (``cells_to_run``); at least one of them reads it here too."""
     from conftest import execute_notebook
 
-    fixture = bench_gpu.write(bench_gpu.fixture(), tmp_path / "fixture.json")
+    fixture = bench_gpu.write(reference_fixture.made_up(), tmp_path / "fixture.json")
     monkeypatch.setenv(R.ENV, str(fixture))
     monkeypatch.setenv(R.STRICT_ENV, "1")  # a read of anything the fixture lacks raises in the cell
     monkeypatch.setenv("GPUCOURSE_SMOKE", "1")

@@ -25,6 +25,7 @@ from pathlib import Path
 
 import pytest
 
+import reachable
 from autograders import sandbox, sandbox_view
 from conftest import REQUIRE_ISOLATION, REQUIRE_ISOLATION_ENV, ROOT, SECRETS_ENV, planted_secrets
 
@@ -355,10 +356,10 @@ def test_needed_folders_under_masked_or_closed_paths_are_bound_back(tmp_path):
     closed = tmp_path / "closed"
     (closed / "python").mkdir(parents=True)
     closed.chmod(0o700)
-    before, after = sandbox_view._keep_reachable([Path("/tmp/checkout/.venv"), closed / "python", Path("/usr/lib")], masked=["/tmp"])
+    before, after = reachable.keep_reachable([Path("/tmp/checkout/.venv"), closed / "python", Path("/usr/lib")], masked=["/tmp"])
     assert "mount --bind /tmp/checkout/.venv /dev/shm/keep0" in before
     assert "mount --bind /dev/shm/keep0 /tmp/checkout/.venv" in after
-    ancestor = sandbox_view._blocking_ancestor(closed / "python")
+    ancestor = reachable.blocking_ancestor(closed / "python")
     assert ancestor is not None and (closed / "python").is_relative_to(ancestor)
     assert f"mount -t tmpfs -o mode=0755 gpucourse-veil {ancestor}" in after
     assert f"mount --bind /dev/shm/keep1 {closed / 'python'}" in after
@@ -429,8 +430,8 @@ def test_isolated_for_an_ordinary_user(tmp_path):
     The user is a free uid claimed as the grader claims its sandboxes' (``sandbox.users``), not ``nobody``:
     the other tests' sandboxes run as ``nobody`` at the same time, and RLIMIT_NPROC, which bubblewrap's
     runs share with their account, would count their threads too. The interpreter lives under /root here
-    (closed to others): a mount namespace shows that user the folder alone, as ``sandbox_view._keep_reachable``
-    does for the sandbox itself.
+    (closed to others): a mount namespace shows that user the folder alone, as ``tests/reachable.py``'s
+    ``keep_reachable`` puts it together.
     """
     if os.geteuid() != 0:
         pytest.skip("the other tests run as this ordinary user already")
@@ -442,7 +443,7 @@ def test_isolated_for_an_ordinary_user(tmp_path):
     secrets = _plant_secrets()  # that user cannot write beside the checkout; the allow-list test reads these
     try:
         os.chown(home, user, user)
-        before, after = sandbox_view._keep_reachable(sandbox_view._needed_folders(), masked=[])
+        before, after = reachable.keep_reachable(reachable.needed_folders(), masked=[])
         pytest_args = ["-m", "pytest", str(ROOT / "tests" / "test_sandbox.py"), "-q", "-p", "no:cacheprovider",
                        "-k", ISOLATION_TESTS, f"--basetemp={home / 'pytest'}", "--rootdir", str(ROOT)]
         script = ["set -e", "mount --make-rprivate /", *before, *after,

@@ -14,5 +14,5 @@ each other, never the grader's side (engine, sandbox, assemble, course, the hidd
 - ``trust``: the packages the observers rely on (snapshotted, scanned by the grader, preloaded);
 - ``zygote``: the clean copy that forks graded multi-process launches;
 - ``rank``: one rank of such a launch (the public ``gpucourse.checks.ddp_harness``, protected);
-- ``forking``: what the two fork servers (the zygote and ``autograders.preload``) share.
+- ``forking``: the fork loop both fork servers (the zygote and ``autograders.preload``) run, and what else they share.
 """

@@ -1,18 +1,15 @@
-"""What the sandbox's two fork servers share: whether forking is safe, a child's way out, JSON-line pipes.
+"""The sandbox's fork servers: one loop (``serve``), whether forking is safe, a child's way out, JSON-line pipes.
 
 Two processes serve forks: the preloaded Python (``autograders.preload``: one sandboxed run per
 request, over a SOCK_SEQPACKET socket that also carries the run's descriptors) and the runner's clean
-copy (``zygote``: one multi-process launch per request, over two pipes of JSON lines). Both loops have
-the same shape (receive a request, fork a child that runs it, report the child's pid, wait, report
-its status), but they stay two short loops: what happens between those steps differs in each (the
-preload waits for its child's own session before naming the pid, receives descriptors with the
-request and closes them in the parent; the zygote hands each rank a report pipe and reads them all
-while it waits), and a loop with five hooks would be harder to check than either. What they share
-is here: ``fork_safe`` (one thread, no CUDA, Linux), ``in_child`` (a forked child never returns
-into the server's code) and ``Channel``. Closing descriptors stays with each: a preload child
-renumbers the descriptors it received (parked high, everything below closed, then each put at its
-target), the runner's worker keeps its two pipes at their numbers, and a zygote child closes the
-server's ends by name, keeping stdout and the ranks' report pipes.
+copy (``zygote``: one multi-process launch per request, over two pipes of JSON lines). Both run
+``serve``: receive a request, fork a child that runs it, name the child, wait for it, say how it
+ended. What happens around the fork is the request's own (a ``Fork``): a preload child renumbers the
+descriptors it received (parked high, everything below closed, then each put at its target) and the
+server names it only once it has its own session; a zygote child closes the server's ends by name,
+keeping stdout and the ranks' report pipes, and the server reads those pipes while it waits. Also
+here: ``fork_safe`` (one thread, no CUDA, Linux), ``in_child`` (a forked child never returns into the
+server's code) and ``Channel``.
 """
 
 from __future__ import annotations
@@ -23,8 +20,37 @@ import select
 import sys
 import time
 import traceback
+from typing import Callable, Protocol
 
 from .job import DEFAULTS
+
+
+class Fork(Protocol):
+    """One request of a fork server, from the fork on (``serve``)."""
+
+    def child(self) -> int | None:
+        """In the forked child: run the request; the child's exit code (``in_child`` exits with it)."""
+
+    def forked(self, pid: int) -> dict:
+        """In the server, right after the fork: what the server gives up to the child; the reply naming it."""
+
+    def finished(self, pid: int) -> dict:
+        """In the server: wait for the child ``pid`` to end; the reply saying how it ended."""
+
+
+def serve(receive: Callable[[], "Fork | None"], reply: Callable[[dict], None], failure_code: int = 1) -> None:
+    """The fork loop of both servers, one request at a time until ``receive`` returns None (the other
+    end is gone): fork a child that runs the request and exits (with ``failure_code`` if it raised),
+    then ``reply`` with the message naming the child, and with the one saying how it ended."""
+    while True:
+        fork = receive()
+        if fork is None:
+            return
+        pid = os.fork()
+        if pid == 0:
+            in_child(fork.child, code=failure_code)
+        reply(fork.forked(pid))
+        reply(fork.finished(pid))
 
 
 def fork_safe() -> str | None:

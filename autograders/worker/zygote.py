@@ -38,6 +38,7 @@ import traceback
 import uuid
 
 from . import rank
+from . import forking
 from .forking import Channel, fork_safe, in_child
 
 _ZYGOTE: dict | None = None  # {"pid", "requests": Channel, "responses": Channel} once start() forked it
@@ -76,24 +77,11 @@ def start(close: tuple[int, ...] = ()) -> bool:
     return True
 
 
-def connect(pid: int, requests: Channel, responses: Channel) -> None:
-    """Send this process's launches to a clean copy already serving on ``requests``/``responses``
-    (``serve``'s channels), as ``start`` does for the copy it forks: for a process that cannot fork one
-    itself because it runs threads (a test suite's worker, which starts the copy as a Python of its own)."""
-    global _ZYGOTE
-    _ZYGOTE = {"pid": pid, "requests": requests, "responses": responses}
-
-
-def disconnect() -> None:
-    """Forget the copy ``connect`` named (its owner ends it)."""
-    global _ZYGOTE
-    _ZYGOTE = None
-
-
 def relay(requests: Channel, responses: Channel) -> None:
-    """In the runner's worker: launches go through the supervisor (``requests`` up, its replies on
-    ``responses``), which passes the listed ones on to the copy. The copy's own pipes are not the
-    worker's (it closes them)."""
+    """Send this process's launches on ``requests`` and read the replies on ``responses``: in the runner's
+    worker, the supervisor's pipes (it passes the listed launches on to the copy, whose own pipes the
+    worker never holds); in a process that runs threads, and so cannot fork a copy itself, the pipes of a
+    copy it started as a Python of its own (tests/clean_copy.py), which reads the same messages."""
     global _ZYGOTE
     _ZYGOTE = {"pid": None, "requests": requests, "responses": responses, "relayed": True}
 
@@ -114,8 +102,8 @@ def channel() -> Channel | None:
 
 def request(message: dict) -> None:
     """Pass a launch on to the copy (the supervisor, for a request it checked): only what a launch needs."""
-    target = [str(t) for t in message["target"]][:2] + [str(message["driver"])]
-    _ZYGOTE["requests"].send({"id": str(message["id"]), "target": target, "nproc": int(message["nproc"]),
+    _ZYGOTE["requests"].send({"id": str(message["id"]), "target": [str(t) for t in message["target"]][:2],
+                              "driver": str(message["driver"]), "nproc": int(message["nproc"]),
                               "cwd": str(message["cwd"]), "source": str(message["source"])})
 
 
@@ -132,25 +120,40 @@ def serve(incoming: Channel, outgoing: Channel) -> None:
     # The same name from the frame itself, set once here for every launcher; nothing else changes.
     dynamic_rendezvous.get_method_name = _method_name
     _BASE[:] = [rank.base()]
-    while True:
-        try:
-            request_ = incoming.receive()
-        except EOFError:  # the runner closed its end or exited
-            return
-        reports = [os.pipe() for _ in range(int(request_["nproc"]))]
-        pid = os.fork()
-        if pid == 0:
-            def launcher(request_=request_, reports=reports) -> int:
-                for fd in (incoming.read_fd, outgoing.write_fd, *(r for r, _ in reports)):
-                    os.close(fd)
-                return _launcher(request_, [w for _, w in reports])
 
-            in_child(launcher)
-        for _, write_end in reports:
+    def receive() -> "_Launch | None":
+        try:
+            return _Launch(incoming.receive(), (incoming.read_fd, outgoing.write_fd))
+        except EOFError:  # the runner closed its end or exited
+            return None
+
+    forking.serve(receive, outgoing.send)
+
+
+class _Launch:
+    """One launch (a ``forking.Fork``): the child is its launcher (``_launcher``), each rank with a report
+    pipe of its own; the server reads the pipes while it waits for the launcher."""
+
+    def __init__(self, request: dict, server_fds: tuple[int, int]):
+        # the launch as ``launch`` words it (passed on by ``request``, or relayed as it is): the target the
+        # launcher and every rank run is the script, the folder and the driver
+        target = [str(t) for t in request["target"]][:2] + [str(request["driver"])]
+        self.request, self.server_fds = {**request, "target": target}, server_fds
+        self.reports = [os.pipe() for _ in range(int(request["nproc"]))]
+
+    def child(self) -> int:
+        for fd in (*self.server_fds, *(r for r, _ in self.reports)):
+            os.close(fd)
+        return _launcher(self.request, [w for _, w in self.reports])
+
+    def forked(self, pid: int) -> dict:
+        for _, write_end in self.reports:
             os.close(write_end)
-        outgoing.send({"id": request_["id"], "pid": pid})
-        status, found, notes = _collect(pid, [Channel(read=r) for r, _ in reports])
-        outgoing.send({"id": request_["id"], "status": status, "reports": found, "tampering": notes})
+        return {"id": self.request["id"], "pid": pid}
+
+    def finished(self, pid: int) -> dict:
+        status, found, notes = _collect(pid, [Channel(read=r) for r, _ in self.reports])
+        return {"id": self.request["id"], "status": status, "reports": found, "tampering": notes}
 
 
 def _collect(pid: int, pipes: list[Channel]) -> tuple[int, dict, dict]:

@@ -17,9 +17,10 @@ is copied: an untouched buffer's pages do not exist yet). Capability gate: befor
 
 ``--quick`` keeps the sizes and labels and shortens the timing (``make test-gpu``). Every time is the
 median of ``torch.utils.benchmark`` (``blocked_autorange``) with a synchronize inside the timed
-statement unless the entry's method says otherwise. Without CUDA it refuses. ``--device cpu --tiny``
-exists for the test suite only: every part at tiny sizes, status "test fixture", never a reference.
-:func:`fixture` writes a file with every declared label and made-up numbers, for tests of the lessons.
+statement unless the entry's method says otherwise. Without CUDA it refuses. ``--tiny`` is a dry run:
+every part at tiny sizes, on a GPU or (``--device cpu``) a CPU, to see the script work before a GPU's
+minutes are spent on it; its file has the status "test fixture" and is never a reference (the test
+suite runs it so on CI's CPU).
 What each entry records and how (sizes, descriptions, recipes, the ``Bench``, provenance) is in
 ``gpucourse.bench_gpu_recording``; this module holds what is measured, part by part, and writes the file.
 """
@@ -31,7 +32,6 @@ import contextlib
 import gc
 import importlib.util
 import json
-import platform
 import sys
 import tempfile
 import time
@@ -44,7 +44,7 @@ from gpucourse import reference
 from gpucourse.bench_gpu_recording import (  # noqa: F401 - the file's schema, recipes and provenance
     FILLED, FULL, MODES, NA, OFF, PER_LABEL, QUICK, RECIPES, ROWS_TF32, SOURCE, TINY, WHAT, Bench, Sizes, header, machine,
     short_name, unexplained)
-from gpucourse.reference import GRAPH_RECIPES, MEASUREMENTS
+from gpucourse.reference import GRAPH_RECIPES
 from gpucourse.tensor_cores import tf32  # the one TF32 switch (lesson 3), for matmuls and cuDNN apart
 from gpucourse.moving_data import filled_host
 
@@ -517,24 +517,7 @@ def run(device: str, mode: str = "full", parts=None) -> dict:
     if bench.absent:
         data["absent"] = bench.absent
     if tiny:
-        data["note"] = "test mode (--tiny): every part at tiny sizes on a CPU; not a reference for any lesson"
-    return data
-
-
-FIXTURE_DEVICE = {"kind": "cuda", "name": "Fixture GPU (made-up numbers)", "short": "FIXTURE", "capability": "0.0"}
-
-
-def fixture() -> dict:
-    """A reference with every declared measurement and label, made-up numbers and the fixture status:
-    what the tests run the lessons' reading cells against (never shipped, never a reference)."""
-    measurements = {}
-    for i, (name, declared) in enumerate(MEASUREMENTS.items()):
-        measurements[name] = {"what": WHAT[name], "unit": declared.unit, "method": "made up by bench_gpu.fixture",
-                              "source": "bench_gpu.fixture (test suite)", "recipe": RECIPES[name],
-                              "values": {label: round(1.0 + 0.37 * ((i + j) % 11), 2) for j, label in enumerate(declared.labels)}}
-    software = {"python": platform.python_version(), "torch": torch.__version__}
-    data = header(dict(FIXTURE_DEVICE), software, reference.FIXTURE_STATUS)
-    data["measurements"] = measurements
+        data["note"] = f"test mode (--tiny, a dry run): every part at tiny sizes on {device}; not a reference for any lesson"
     return data
 
 
@@ -557,7 +540,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, help="the file to write (default bench/results/reference-<gpu>.json)")
     parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
     parser.add_argument("--quick", action="store_true", help="the same sizes and labels, shorter timing (make test-gpu)")
-    parser.add_argument("--tiny", action="store_true", help="tiny sizes: the test suite's mode, not a reference")
+    parser.add_argument("--tiny", action="store_true", help="a dry run at tiny sizes (a GPU, or --device cpu): "
+                        "every part runs; the file is a test fixture, never a reference")
     args = parser.parse_args(argv)
     if args.device == "cuda" and not torch.cuda.is_available():
         print("make bench-gpu measures an NVIDIA GPU, and torch sees no CUDA device here: nothing was "
@@ -565,7 +549,7 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
         return 2
     if args.device == "cpu" and not args.tiny:
-        print("--device cpu exists only with --tiny, for the test suite: a CPU's numbers are no GPU reference.",
+        print("--device cpu exists only with --tiny (a dry run): a CPU's numbers are no GPU reference.",
               file=sys.stderr)
         return 2
     start = time.perf_counter()

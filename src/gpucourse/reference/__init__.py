@@ -36,7 +36,7 @@ from gpucourse import environment
 SCHEMA = "gpucourse-reference/2"
 FOLDER = Path(__file__).parent
 STATUS = "measured, not estimated"
-# A file made by the test suite (bench_gpu.fixture, or --tiny on a CPU): never a reference, never shipped.
+# A file made by the test suite (tests/reference_fixture.py, or bench_gpu --tiny): never a reference, never shipped.
 FIXTURE_STATUS = "test fixture: not measured on a GPU, never a reference"
 DEFAULT = "h100"
 ENV = environment.REFERENCE
