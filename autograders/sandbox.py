@@ -147,7 +147,7 @@ def probe() -> Isolation:
             return Isolation("", (f"{', '.join(missing)} missing: apt-get install util-linux iproute2",))
         with tempfile.TemporaryDirectory(prefix="gpucourse-probe-") as folder:  # a run of `true`, isolated as every run
             trial = subprocess.run(sandbox_view._isolated_command(["true"], Path(folder), [], sandbox_view.NOBODY, 16),
-                                   cwd=sandbox_view.GRADER.parent, env={"PATH": os.defpath}, capture_output=True, timeout=60)
+                                   cwd=sandbox_view.ISOLATED_CWD, env={"PATH": os.defpath}, capture_output=True, timeout=60)
         if trial.returncode != 0:
             return Isolation("", ("the sandbox's namespaces could not be created (a container without CAP_SYS_ADMIN?): "
                                   + trial.stderr.decode(errors="replace").strip()[-200:],))
@@ -396,9 +396,7 @@ def _run(command, workdir, env, hide, limits, method, stdin, pass_fds, preloaded
             full = sandbox_view._bwrap_command(command, workdir, list(hide), limits.tmpfs_bytes)
         else:
             full = command
-        # autograders.namespaces starts in the grader's folder (``-m`` looks in the working folder first) and
-        # moves to /mnt, the run's folder, inside its new root
-        proc = subprocess.Popen(full, cwd=sandbox_view.GRADER.parent if method == "namespaces" else workdir, env=env,
+        proc = subprocess.Popen(full, cwd=sandbox_view.ISOLATED_CWD if method == "namespaces" else workdir, env=env,
                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                 preexec_fn=_limit_resources(limits, joins), pass_fds=pass_fds, close_fds=True)
     for fd in pass_fds:  # handed over: the child holds them now, and readers must see EOF when it exits

@@ -60,6 +60,9 @@ def _package_copy() -> Path:
 
 
 GRADER = Path(__file__).resolve().parent  # autograders/
+# where ``_isolated_command``'s Python starts: ``-m`` looks in its working folder first, so the grader's
+# checkout, never the run's folder (it moves to /mnt, the run's folder, inside its new root)
+ISOLATED_CWD = GRADER.parent
 # The grader's files a sandbox sees: its package's docstring and the sandbox-side worker (the runner,
 # its supervisor, the zygote), nothing secret. Never the hidden checks, the engine or the gradebook.
 WORKER_FILES = ("__init__.py", "worker")
@@ -160,7 +163,7 @@ def _isolated_command(command: list[str], workdir: Path, hide: list[Path], user:
     """Wrap ``command``: ``autograders.namespaces`` enters new namespaces, runs ``_mount_script``, makes its
     root the root and becomes ``user`` (``sandbox.Limits.user``) in /mnt of it, with at most ``processes``
     (RLIMIT_NPROC, set after dropping to that user), then runs ``command``: the steps a preloaded Python's
-    child takes (autograders/preload.py). Start it with the grader's folder's parent as working folder."""
+    child takes (autograders/preload.py). Start it in ``ISOLATED_CWD``."""
     settings = {"script": "\n".join(_mount_script(workdir, hide, tmpfs_bytes=tmpfs_bytes)),
                 "processes": processes, "user": user}
     return [sys.executable, "-m", f"{GRADER.name}.namespaces", json.dumps(settings), "--", *command]

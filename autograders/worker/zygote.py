@@ -37,8 +37,7 @@ import time
 import traceback
 import uuid
 
-from . import rank
-from . import forking
+from . import forking, rank
 from .forking import Channel, fork_safe, in_child
 
 _ZYGOTE: dict | None = None  # {"pid", "requests": Channel, "responses": Channel} once start() forked it
@@ -135,10 +134,10 @@ class _Launch:
     pipe of its own; the server reads the pipes while it waits for the launcher."""
 
     def __init__(self, request: dict, server_fds: tuple[int, int]):
-        # the launch as ``launch`` words it (passed on by ``request``, or relayed as it is): the target the
-        # launcher and every rank run is the script, the folder and the driver
-        target = [str(t) for t in request["target"]][:2] + [str(request["driver"])]
-        self.request, self.server_fds = {**request, "target": target}, server_fds
+        # the launch as ``launch`` words it (passed on by ``request``, or relayed as it is): the launcher and
+        # every rank run the script, the folder and the driver
+        self.request = {**request, "target": [*request["target"][:2], request["driver"]]}
+        self.server_fds = server_fds
         self.reports = [os.pipe() for _ in range(int(request["nproc"]))]
 
     def child(self) -> int:
