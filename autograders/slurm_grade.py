@@ -164,12 +164,15 @@ class Array:
 
     def running(self, job: int) -> bool:
         """Whether any task of ``job`` is still queued or running (Slurm forgetting it means it ended)."""
-        out = subprocess.run(["squeue", "-h", "-j", str(job), "-o", "%T"], capture_output=True, text=True,
-                             timeout=30, env=self.env)
+        try:
+            out = subprocess.run(["squeue", "-h", "-j", str(job), "-o", "%T"], capture_output=True, text=True,
+                                 timeout=30, env=self.env)
+        except subprocess.TimeoutExpired:
+            out = subprocess.CompletedProcess([], -1, "", "squeue did not answer within 30 s")
         if out.returncode:
             if "invalid job id" in out.stderr.lower():
                 return False
-            # any other error (the controller restarting): look again later, but not forever
+            # any other error (the controller restarting or too busy): look again later, but not forever
             self.unanswered_since = self.unanswered_since or time.monotonic()
             if time.monotonic() - self.unanswered_since > UNANSWERED_SECONDS:
                 raise SystemExit(f"squeue has failed for {UNANSWERED_SECONDS} s, the grading array's state is unknown: "

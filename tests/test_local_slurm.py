@@ -110,6 +110,38 @@ def test_no_warning_signal_a_script_may_ask_for_arrives_while_the_grader_waits()
     assert TIME_LIMIT_MIN * 60 - 65535 - 60 > waited
 
 
+def test_waiting_outlasts_a_controller_too_busy_to_answer(monkeypatch):
+    """A loaded machine's controller may not answer one squeue in time (CI saw one take over 10 s): waiting asks
+    again instead of failing, reads a job Slurm already forgot as ended, and still gives up at its deadline."""
+    asked = []
+
+    def answers(replies):
+        def fake(args, timeout=20, check=False):
+            asked.append(args[0])
+            if args[0] == "scontrol":
+                return subprocess.CompletedProcess(args, 0, "JobId=7 JobState=COMPLETED ExitCode=0:0\n", "")
+            reply = replies.pop(0) if replies else ("", "", 0)
+            if reply == "busy":
+                raise subprocess.TimeoutExpired(args, timeout)
+            return subprocess.CompletedProcess(args, reply[2], reply[0], reply[1])
+        return fake
+
+    monkeypatch.setattr(LS.time, "sleep", lambda seconds: None)
+    monkeypatch.setattr(LS, "_run", answers(["busy", ("RUNNING\n", "", 0), "busy", ("", "", 0)]))
+    assert LS.wait(7, timeout=60)["JobState"] == "COMPLETED"
+    assert asked.count("squeue") == 4
+
+    asked.clear()
+    monkeypatch.setattr(LS, "_run", answers([("", "slurm_load_jobs error: Invalid job id specified", 1)]))
+    assert LS.wait(7, timeout=60)["JobState"] == "COMPLETED" and asked == ["squeue", "scontrol"]
+
+    clock = iter(range(0, 10_000, 50))
+    monkeypatch.setattr(LS.time, "monotonic", lambda: next(clock))
+    monkeypatch.setattr(LS, "_run", answers(["busy"] * 1000))
+    asked.clear()
+    assert LS.wait(7, timeout=120)["JobState"] == "TIMEOUT" and "scancel" in asked
+
+
 def test_the_restated_launch_checks_equal_lightnings_own():
     """lightning_launch_view (the grader's) against Lightning's real environments, on every kind of task."""
     from lightning_fabric.plugins.environments import SLURMEnvironment

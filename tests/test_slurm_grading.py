@@ -261,3 +261,13 @@ def test_a_controller_that_stops_answering_ends_the_grading_instead_of_a_wait_fo
         array.running(7)
     answers.append(subprocess.CompletedProcess([], 1, "", "slurm_load_jobs error: Invalid job id specified"))
     assert not array.running(7)  # Slurm forgot it: it ended
+
+    def too_busy(*args, **kwargs):
+        raise subprocess.TimeoutExpired(args[0], kwargs["timeout"])
+
+    array.unanswered_since = None
+    monkeypatch.setattr(slurm_grade.subprocess, "run", too_busy)
+    assert array.running(7)  # a controller too busy to answer in time is one more unanswered look
+    now[0] += slurm_grade.UNANSWERED_SECONDS + 1
+    with pytest.raises(SystemExit, match="squeue has failed for .* did not answer within 30 s"):
+        array.running(7)

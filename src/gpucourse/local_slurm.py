@@ -300,7 +300,7 @@ def sbatch(script: Path | str, *options: str, workdir: Path | str | None = None,
 def job_info(job_id: int | str) -> dict:
     """``scontrol show job``'s fields of one job (or of every task of a job array, the first one's), as
     strings: ``JobState``, ``ExitCode``, ``NodeList``, ``NumNodes``, ``NumTasks``...; {} once Slurm forgot it."""
-    out = _run(["scontrol", "show", "job", "-o", str(job_id)], timeout=10)
+    out = _run(["scontrol", "show", "job", "-o", str(job_id)], timeout=30)
     if out.returncode or not out.stdout.strip():
         return {}
     first = out.stdout.strip().splitlines()[0]
@@ -310,20 +310,33 @@ def job_info(job_id: int | str) -> dict:
 def wait(job_id: int | str, timeout: float = 120, poll: float = 0.5) -> dict:
     """Wait until every task of job ``job_id`` reached a final state; return its :func:`job_info`
     (``JobState`` ``TIMEOUT`` here when ``timeout`` seconds passed: the job is cancelled then)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        out = _run(["squeue", "-h", "-j", str(job_id), "-o", "%T"], timeout=10)
-        states = set(out.stdout.split())
-        if out.returncode == 0 and not states:
-            break
-        if states and states <= FINAL_STATES | {"COMPLETING"} and "COMPLETING" not in states:
-            break
-        if time.monotonic() > deadline:
-            _run(["scancel", str(job_id)], timeout=10)
-            wait(job_id, timeout=30)
-            return {**job_info(job_id), "JobState": "TIMEOUT", "cancelled_after_s": f"{timeout:.0f}"}
-        time.sleep(poll)
+    if not _ended(job_id, time.monotonic() + timeout, poll):
+        try:
+            _run(["scancel", str(job_id)], timeout=30)
+        except subprocess.TimeoutExpired:
+            pass  # asked; the look below says whether it ended
+        _ended(job_id, time.monotonic() + 30, poll)
+        return {**job_info(job_id), "JobState": "TIMEOUT", "cancelled_after_s": f"{timeout:.0f}"}
     return job_info(job_id)
+
+
+def _ended(job_id: int | str, deadline: float, poll: float) -> bool:
+    """Whether every task of ``job_id`` ended before ``deadline`` (time.monotonic()), asking squeue each ``poll`` s."""
+    while True:
+        try:
+            out = _run(["squeue", "-h", "-j", str(job_id), "-o", "%T"], timeout=10)
+        except subprocess.TimeoutExpired:
+            out = None  # the controller too busy to answer in time (a loaded machine): ask again, until the deadline
+        states = set(out.stdout.split()) if out else set()
+        if out and out.returncode == 0 and not states:
+            return True
+        if out and out.returncode and "invalid job id" in out.stderr.lower():
+            return True  # Slurm already forgot the job: it ended
+        if states and states <= FINAL_STATES | {"COMPLETING"} and "COMPLETING" not in states:
+            return True
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(poll)
 
 
 def squeue() -> str:
