@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from autograders.classroom import HONEST
-from test_checks import _run_runner
+from test_runner import _run_runner
 
 pytestmark = pytest.mark.slow  # each run starts the runner and imports torch: seconds each
 

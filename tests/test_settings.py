@@ -14,7 +14,7 @@ import pytest
 from traitlets.config.loader import PyFileConfigLoader
 
 from conftest import AUTOGRADERS, COURSE, nbgrader_meta
-from test_checks import _run_runner
+from test_runner import _run_runner
 from test_engine_steps import reference_answers
 
 from autograders import settings
