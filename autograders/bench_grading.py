@@ -1,8 +1,10 @@
-"""`make bench`, grading part: one class graded by sequential `nbgrader autograde` and by the engine.
+"""`make bench`, grading part: one class graded by nbgrader, one submission after another, and by the engine.
 
     python -m autograders bench --out bench/results [--limit N]
 
-Writes ``grading.json`` and ``grading.md``: both wall times, their ratio, seconds per submission,
+Both make the same steps (register the assignments, autograde, feedback, CSV export). Writes
+``grading.json`` and ``grading.md``: both wall times and each side's steps, their ratio (and nbgrader's
+autograde step alone against the engine's every step), seconds per submission,
 the engine's time when it starts a Python per submission instead of forking a preloaded one, and
 the sandbox's own start-up cost (an empty program, isolated or not, as the engine would run it).
 
@@ -33,18 +35,34 @@ from .settings import Grading
 from gpucourse import environment
 
 
-def nbgrader_sequential(submissions: Path, work: Path) -> float:
-    """Plain nbgrader: the hidden checks are not in the notebooks any more, so it runs the public ones."""
+def nbgrader_sequential(submissions: Path, work: Path) -> dict[str, float]:
+    """Plain nbgrader, one submission after another, through the steps the engine's ``grade`` makes too:
+    register the assignments (generate_assignment), autograde, generate the feedback, export the CSV.
+    Seconds per step. The hidden checks are not in the notebooks any more, so it runs the public ones."""
     batch = grade.discover(submissions, [p.name for p in SOLUTIONS.iterdir() if p.is_dir()])
     grade.prepare(work, submissions, batch, SOLUTIONS)
-    nbgrader = api(load_config(root=work, db=work / "gradebook.db", source="source", release="release"))
+    config = load_config(root=work, db=work / "gradebook.db", source="source", release="release")
+    seconds = {}
+    start = time.perf_counter()
+    nbgrader = api(config)
     grade.register(nbgrader, batch)
+    seconds["register"] = time.perf_counter() - start
     start = time.perf_counter()
     for student, aid in batch.pairs:
         result = nbgrader.autograde(aid, student, force=True, create=True)
         if not result["success"]:
             raise SystemExit(f"nbgrader autograde failed for {student}/{aid}:\n{result['error']}")
-    return time.perf_counter() - start
+    seconds["autograde"] = time.perf_counter() - start
+    start = time.perf_counter()
+    for aid in sorted({aid for _, aid in batch.pairs}):
+        result = nbgrader.generate_feedback(aid, force=True)
+        if not result["success"]:
+            raise SystemExit(f"nbgrader generate_feedback failed for {aid}:\n{result['error']}")
+    seconds["feedback"] = time.perf_counter() - start
+    start = time.perf_counter()
+    grade.export(config, work / "grades.csv")
+    seconds["export"] = time.perf_counter() - start
+    return seconds
 
 
 def sandbox_overhead(repeats: int = 5) -> float:
@@ -138,7 +156,8 @@ def main(argv: list[str] | None = None) -> int:
         submissions = Path(folder) / "submitted"
         submissions.mkdir()
         count = len(classroom.build(submissions, args.limit, only=args.only))
-        baseline = nbgrader_sequential(submissions, Path(folder) / "nbgrader-course")
+        steps = nbgrader_sequential(submissions, Path(folder) / "nbgrader-course")
+        baseline = sum(steps.values())
         jobs = os.cpu_count() or 1
         start = time.perf_counter()
         grade.grade(submissions, Path(folder) / "engine-started-results", jobs=jobs, preload=False)
@@ -148,7 +167,8 @@ def main(argv: list[str] | None = None) -> int:
         engine = time.perf_counter() - start
     results = {
         "submissions": count, "jobs": jobs, "isolated": sandbox.namespaces_available(),
-        "nbgrader_sequential_s": baseline, "engine_s": engine, "ratio": baseline / engine,
+        "nbgrader_sequential_s": baseline, "nbgrader_steps_s": steps, "engine_s": engine, "ratio": baseline / engine,
+        "ratio_autograde_only": steps["autograde"] / engine,
         "nbgrader_s_per_submission": baseline / count, "engine_s_per_submission": engine / count,
         "engine_started_s": started, "engine_started_s_per_submission": started / count,
         "sandbox_overhead_s": sandbox_overhead(), "flagged": len(batch.flagged), "problems": len(batch.problems),
@@ -156,19 +176,23 @@ def main(argv: list[str] | None = None) -> int:
     }
     (args.out / "grading.json").write_text(json.dumps(results, indent=2))
     text = "\n".join([
-        "## Grading: sequential `nbgrader autograde` vs the engine",
+        "## Grading: nbgrader, one submission after another, vs the engine",
         "",
         f"{count} submissions of the course's own class (tests/fixtures), {jobs} worker(s), "
         f"sandbox {'isolated (namespaces, nobody)' if results['isolated'] else 'not isolated (limits only)'}.",
         "",
         "| grader | wall time | per submission |",
         "|---|---|---|",
-        f"| nbgrader autograde, one after another (public checks only) | {baseline:.1f} s | {baseline / count:.2f} s |",
+        f"| nbgrader, one submission after another (public checks only): register, autograde, feedback, export "
+        f"| {baseline:.1f} s | {baseline / count:.2f} s |",
         f"| engine, a Python started per submission (`--no-preload`) | {started:.1f} s | {started / count:.2f} s |",
         f"| engine (sandboxed, public + hidden checks; forked from a preloaded Python) | {engine:.1f} s | {engine / count:.2f} s |",
         "",
-        f"Ratio: **{results['ratio']:.2f}x**. Sandbox start-up and teardown around an empty program: "
-        f"{1000 * results['sandbox_overhead_s']:.0f} ms.",
+        f"Ratio, the same steps on both sides: **{results['ratio']:.2f}x**. nbgrader's autograde step alone "
+        f"({steps['autograde']:.1f} s) against the engine's every step: {results['ratio_autograde_only']:.2f}x.",
+        "",
+        "nbgrader's steps (seconds): " + ", ".join(f"{step} {seconds:.1f}" for step, seconds in steps.items()) + ".",
+        f"Sandbox start-up and teardown around an empty program: {1000 * results['sandbox_overhead_s']:.0f} ms.",
         "",
         "Where the engine's time went (wall seconds; the sandboxed runs overlap, one per worker, and the",
         "grades are saved while they run):",

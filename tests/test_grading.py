@@ -291,6 +291,10 @@ def test_grading_bench_reports_a_ratio(tmp_path):
     results = json.loads((tmp_path / "grading.json").read_text())
     assert results["submissions"] == 2 and results["problems"] == 0
     assert results["ratio"] == pytest.approx(results["nbgrader_sequential_s"] / results["engine_s"])
+    steps = results["nbgrader_steps_s"]  # nbgrader makes the engine's steps too: the ratio compares the same work
+    assert set(steps) == {"register", "autograde", "feedback", "export"} and all(v > 0 for v in steps.values())
+    assert results["nbgrader_sequential_s"] == pytest.approx(sum(steps.values()))
+    assert results["ratio_autograde_only"] == pytest.approx(steps["autograde"] / results["engine_s"])
     assert results["engine_started_s"] > 0  # the engine without its preloaded Python, for comparison
     assert "| engine (sandboxed" in (tmp_path / "grading.md").read_text()
 
