@@ -42,27 +42,22 @@ def nbgrader_sequential(submissions: Path, work: Path) -> dict[str, float]:
     batch = grade.discover(submissions, [p.name for p in SOLUTIONS.iterdir() if p.is_dir()])
     grade.prepare(work, submissions, batch, SOLUTIONS)
     config = load_config(root=work, db=work / "gradebook.db", source="source", release="release")
-    seconds = {}
-    start = time.perf_counter()
-    nbgrader = api(config)
-    grade.register(nbgrader, batch)
-    seconds["register"] = time.perf_counter() - start
-    start = time.perf_counter()
-    for student, aid in batch.pairs:
-        result = nbgrader.autograde(aid, student, force=True, create=True)
-        if not result["success"]:
-            raise SystemExit(f"nbgrader autograde failed for {student}/{aid}:\n{result['error']}")
-    seconds["autograde"] = time.perf_counter() - start
-    start = time.perf_counter()
-    for aid in sorted({aid for _, aid in batch.pairs}):
-        result = nbgrader.generate_feedback(aid, force=True)
-        if not result["success"]:
-            raise SystemExit(f"nbgrader generate_feedback failed for {aid}:\n{result['error']}")
-    seconds["feedback"] = time.perf_counter() - start
-    start = time.perf_counter()
-    grade.export(config, work / "grades.csv")
-    seconds["export"] = time.perf_counter() - start
-    return seconds
+    with batch.timed("register"):
+        nbgrader = api(config)
+        grade.register(nbgrader, batch)
+    with batch.timed("autograde"):
+        for student, aid in batch.pairs:
+            result = nbgrader.autograde(aid, student, force=True, create=True)
+            if not result["success"]:
+                raise SystemExit(f"nbgrader autograde failed for {student}/{aid}:\n{result['error']}")
+    with batch.timed("feedback"):
+        for aid in sorted({aid for _, aid in batch.pairs}):
+            result = nbgrader.generate_feedback(aid, force=True)
+            if not result["success"]:
+                raise SystemExit(f"nbgrader generate_feedback failed for {aid}:\n{result['error']}")
+    with batch.timed("export"):
+        grade.export(config, work / "grades.csv")
+    return batch.seconds
 
 
 def sandbox_overhead(repeats: int = 5) -> float:

@@ -46,8 +46,8 @@ from .context import Submission
 from .course import ROOT
 from .settings import Grading, SlurmGrading
 
-FINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED", "BOOT_FAIL",
-         "DEADLINE"}
+from gpucourse import local_slurm
+
 # what the task keeps of each graded submission: the fields record.py's steps read
 KEPT = ("answers", "flags", "forgery", "seed", "notes", "log", "seconds", "scores", "max_scores", "report")
 
@@ -70,8 +70,6 @@ def _faulted(kind: str, message: str) -> Exception:
 def slurm_env() -> dict:
     """The environment of Slurm's commands: lesson 10's local cluster while it is up and ``SLURM_CONF`` names
     no other cluster, else the machine's own Slurm configuration."""
-    from gpucourse import local_slurm
-
     if "SLURM_CONF" not in os.environ and local_slurm.is_up():
         return local_slurm.env()
     return dict(os.environ)
@@ -164,23 +162,14 @@ class Array:
 
     def running(self, job: int) -> bool:
         """Whether any task of ``job`` is still queued or running (Slurm forgetting it means it ended)."""
-        try:
-            out = subprocess.run(["squeue", "-h", "-j", str(job), "-o", "%T"], capture_output=True, text=True,
-                                 timeout=30, env=self.env)
-        except subprocess.TimeoutExpired:
-            out = subprocess.CompletedProcess([], -1, "", "squeue did not answer within 30 s")
-        if out.returncode:
-            if "invalid job id" in out.stderr.lower():
-                return False
-            # any other error (the controller restarting or too busy): look again later, but not forever
+        states, why = local_slurm.queue_states(job, timeout=30, environment=self.env)
+        if states is None:  # the controller restarting or too busy: look again later, but not forever
             self.unanswered_since = self.unanswered_since or time.monotonic()
             if time.monotonic() - self.unanswered_since > UNANSWERED_SECONDS:
-                raise SystemExit(f"squeue has failed for {UNANSWERED_SECONDS} s, the grading array's state is unknown: "
-                                 f"{out.stderr.strip() or out.returncode}")
+                raise SystemExit(f"squeue has failed for {UNANSWERED_SECONDS} s, the grading array's state is unknown: {why}")
             return True
         self.unanswered_since = None
-        states = set(out.stdout.split())
-        return bool(states - FINAL)
+        return bool(states - local_slurm.FINAL_STATES)
 
     def ended(self, job: int, index: int) -> str:
         """What Slurm says about array task ``job_index`` (state, exit code, node), and its output's last line."""

@@ -116,7 +116,7 @@ def test_waiting_outlasts_a_controller_too_busy_to_answer(monkeypatch):
     asked = []
 
     def answers(replies):
-        def fake(args, timeout=20, check=False):
+        def fake(args, timeout=20, check=False, environment=None):
             asked.append(args[0])
             if args[0] == "scontrol":
                 return subprocess.CompletedProcess(args, 0, "JobId=7 JobState=COMPLETED ExitCode=0:0\n", "")

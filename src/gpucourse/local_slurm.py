@@ -126,8 +126,9 @@ def gres_conf(directory: Path) -> str:
                    for name in NODES)
 
 
-def _run(args: list[str], timeout: float = 20, check: bool = False) -> subprocess.CompletedProcess:
-    return subprocess.run(args, capture_output=True, text=True, timeout=timeout, env=env(), check=check)
+def _run(args: list[str], timeout: float = 20, check: bool = False, environment: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(args, capture_output=True, text=True, timeout=timeout,
+                          env=env() if environment is None else environment, check=check)
 
 
 def is_up() -> bool:
@@ -320,19 +321,27 @@ def wait(job_id: int | str, timeout: float = 120, poll: float = 0.5) -> dict:
     return job_info(job_id)
 
 
+def queue_states(job_id: int | str, timeout: float = 10, environment: dict | None = None) -> tuple[set[str] | None, str]:
+    """``(states, "")``: the states ``squeue`` lists for the tasks of job ``job_id``, empty once none is left
+    (Slurm lists an ended job for a while, then forgets it); ``(None, why)`` when the controller did not answer,
+    refusing or taking over ``timeout`` s (a loaded machine's): ask again later. ``environment``: of Slurm's
+    commands (default: the local cluster's, :func:`env`)."""
+    try:
+        out = _run(["squeue", "-h", "-j", str(job_id), "-o", "%T"], timeout=timeout, environment=environment)
+    except subprocess.TimeoutExpired:
+        return None, f"squeue did not answer within {timeout:.0f} s"
+    if out.returncode == 0:
+        return set(out.stdout.split()), ""
+    if "invalid job id" in out.stderr.lower():
+        return set(), ""  # Slurm already forgot the job: it ended
+    return None, out.stderr.strip() or f"squeue exited with {out.returncode}"
+
+
 def _ended(job_id: int | str, deadline: float, poll: float) -> bool:
     """Whether every task of ``job_id`` ended before ``deadline`` (time.monotonic()), asking squeue each ``poll`` s."""
     while True:
-        try:
-            out = _run(["squeue", "-h", "-j", str(job_id), "-o", "%T"], timeout=10)
-        except subprocess.TimeoutExpired:
-            out = None  # the controller too busy to answer in time (a loaded machine): ask again, until the deadline
-        states = set(out.stdout.split()) if out else set()
-        if out and out.returncode == 0 and not states:
-            return True
-        if out and out.returncode and "invalid job id" in out.stderr.lower():
-            return True  # Slurm already forgot the job: it ended
-        if states and states <= FINAL_STATES | {"COMPLETING"} and "COMPLETING" not in states:
+        states, _ = queue_states(job_id)
+        if states is not None and states <= FINAL_STATES:  # COMPLETING is not final: its epilog still runs
             return True
         if time.monotonic() > deadline:
             return False
