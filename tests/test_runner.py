@@ -199,6 +199,41 @@ def test_quiet_looks_at_threads_only_where_another_runs_and_still_finds_one_on_t
     assert result["after"] == []
 
 
+TIMER_SCRIPT = """
+import json, signal, time
+from autograders.worker import audit
+from autograders.worker.runner import Quiet
+audit.install()  # as in the worker: the quiet check asks it for its canary
+quiet = Quiet()
+put_back = quiet._signal
+def slow_put_back(number, handler):  # a moment passes after each handler is put back, as under load
+    put_back(number, handler)
+    time.sleep(0.05)
+quiet._signal = slow_put_back
+runs = []
+for timer, number in ((signal.ITIMER_REAL, signal.SIGALRM), (signal.ITIMER_PROF, signal.SIGPROF)):
+    signal.signal(number, lambda *args: None)
+    signal.setitimer(timer, 0.001, 0.001)
+    end = time.process_time() + 0.05
+    while time.process_time() < end:  # the profiling timer counts CPU time
+        pass
+    runs.append(quiet.problems())
+print(json.dumps(runs))
+"""
+
+
+def test_quiet_stops_a_timer_before_putting_its_handler_back():
+    """A cell that leaves a 1 ms interval timer with its own handler (SIGALRM's, SIGPROF's): the quiet
+    check says so and puts both back, and the process lives on although the default action of those
+    signals ends it. Put back in the other order, a tick between the two ended the worker, and with
+    it the flag a person needs (a full-tier run lost the adversarial test's 'not quiet' flag so)."""
+    done = subprocess.run([sys.executable, "-c", TIMER_SCRIPT], capture_output=True, text=True, timeout=120,
+                          cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert done.returncode == 0, (done.returncode, done.stderr[-2000:])
+    for problems, name in zip(json.loads(done.stdout.strip().splitlines()[-1]), ("SIGALRM", "SIGPROF")):
+        assert problems == [f"signal handlers were changed: {name}", "an interval timer was left running (signal.setitimer)"]
+
+
 @pytest.mark.slow  # starts sandbox workers, pools or ranks many times (10-25 s): `make test`, not `make test-fast`
 def test_runner_sees_the_cpu_time_the_worker_spent_on_each_observer_from_outside_it():
     """An observer that spins in the worker, and one whose spinning runs in a child process: the

@@ -267,6 +267,11 @@ class Quiet:
         if self._callbacks != self._held_callbacks:
             found.append("gc callbacks were left (gc.callbacks)")
             self._callbacks[:] = self._held_callbacks
+        # the timers stop before any handler is put back: the signal of a timer still running, once its
+        # handler is the default again, would end this process (SIGALRM's, SIGVTALRM's, SIGPROF's action)
+        timers = [t for t in TIMERS if self._getitimer(t) != (0.0, 0.0)]
+        for t in timers:
+            self._setitimer(t, 0)
         changed = [s for s, handler in self._handlers.items() if self._getsignal(s) is not handler]
         foreign = [s for s in changed if not _library_handler(self._getsignal(s), self._handlers[s])]
         if foreign:
@@ -274,11 +279,8 @@ class Quiet:
         for s in changed:  # a library's (DataLoader's SIGCHLD handler) is put back too, without a flag
             with contextlib.suppress(OSError, ValueError, TypeError):
                 self._signal(s, self._handlers[s])
-        timers = [t for t in TIMERS if self._getitimer(t) != (0.0, 0.0)]
         if timers:
             found.append("an interval timer was left running (signal.setitimer)")
-            for t in timers:
-                self._setitimer(t, 0)
         if self._wakeup(-1) != -1:
             found.append("a signal wake-up descriptor was left set (signal.set_wakeup_fd)")
         threads = self._threads_on_cells()
