@@ -144,8 +144,10 @@ def is_up() -> bool:
 
 
 def node_states() -> dict[str, str]:
-    """``{node: state}`` as ``sinfo -N`` prints it (``idle``, ``alloc``...; ``*`` marks a node not responding)."""
-    out = _run(["sinfo", "-h", "-N", "-o", "%N %T"], timeout=10)
+    """``{node: state}`` as ``sinfo -N`` prints it (``idle``, ``alloc``...; ``*`` marks a node not responding).
+    Given 30 s, as ``job_info``: a controller busy with the jobs of a loaded machine took over 10 s to answer,
+    and a cluster read as down is started again over the running one (``start``)."""
+    out = _run(["sinfo", "-h", "-N", "-o", "%N %T"], timeout=30)
     if out.returncode:
         raise subprocess.SubprocessError(out.stderr.strip())
     return dict(line.split() for line in out.stdout.splitlines() if line.strip())
