@@ -103,3 +103,14 @@ def test_what_a_graded_ranks_script_does_that_only_tampering_needs_is_flagged_wi
     observation = next(r for r in records if r["type"] == "observation")
     assert observation["ok"] and observation["data"]["returncode"] == 0, observation
     assert sorted(observation["data"]["ranks"]) == ["0", "1"]
+
+
+@pytest.mark.parametrize("ending", ["import os\nos._exit(3)", "import os, signal\nos.kill(os.getpid(), signal.SIGKILL)"])
+def test_a_worker_that_ends_in_a_cell_is_flagged_for_a_person_with_the_cell_never_a_silent_zero(ending):
+    """The cells end their own process: the run stops there, as a kernel would, the checks have no
+    observation, and a person is told where it ended (the grader's flag, not the student's output)."""
+    cells, reasons, flags = _run("def answer():\n    return 1\n", ending, "after = 1\n")
+    assert [c["index"] for c in cells] == [0] and cells[0]["error"] is None
+    assert len(flags) == 1 and not flags[0].get("forgery"), reasons
+    assert "the process that runs the cells ended in cell 1 (answer cell1)" in reasons[0], reasons
+    assert "a person should look" in reasons[0]

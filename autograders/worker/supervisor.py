@@ -231,6 +231,7 @@ class Supervisor:
                         raise ProtocolError(f"{kind!r} out of turn")
             except EOFError:  # the cells ended the worker (os._exit, a signal): the run ends with it, as in a kernel
                 self._stop()
+                self._ended(current, index)
                 return None
             except (ProtocolError, ValueError) as error:
                 self.flag(f"the run's messages were forged ({error}): code of the cells wrote to the grader's channel", forgery=True)
@@ -239,7 +240,11 @@ class Supervisor:
             self._stop()
             if rerun and index == len(self.cells) and self._next(current) == len(self.cells):
                 continue  # not quiet after the cells: once more, in a fresh worker
-            if current is None or self.restarts >= RESTARTS:
+            if current is None:
+                self._gave_up(f"the process that runs the cells did not start a cell within {SETUP_SECONDS:.0f} s")
+                return None
+            if self.restarts >= RESTARTS:
+                self._gave_up(self._restarted())
                 return None
             self.restarts += 1
             self.skipped.add(current)
@@ -249,6 +254,30 @@ class Supervisor:
                                     "when interrupted; it was stopped, and the cells after it ran in a fresh process "
                                     "(the cells before it ran again first)"})
                 index = current + 1
+
+    def _gave_up(self, why: str) -> None:
+        """Flag, once, a run that stopped before its checks could all run: the checks after it have no
+        observation, and a person is told why, never a silent 0."""
+        if "gave up" in self.flagged:
+            return
+        self.flagged.add("gave up")
+        self.flag(f"the run stopped: {why}; the checks after it have no observation, and a person should look at this submission")
+
+    def _restarted(self) -> str:
+        return (f"the process that runs the cells was started again {RESTARTS} times, the most a run allows "
+                "(cells or checks that had to be stopped, or that ended it)")
+
+    def _ended(self, current: int | None, index: int) -> None:
+        """The worker ended by itself (a crash, ``os._exit``, a signal) while running cell ``current`` (``index``:
+        the first cell without a record)."""
+        if index >= len(self.cells):
+            where = "after the cells, before the checks ran"
+        elif current is None:
+            where = "before its first cell ran"
+        else:
+            answer = self.cells[current].get("grade_id")
+            where = f"in cell {current}" + (f" (answer {answer})" if answer else "")
+        self._gave_up(f"the process that runs the cells ended {where} (a crash, os._exit or a signal)")
 
     def _next(self, current: int | None) -> int:
         index = 0 if current is None else current + 1
@@ -260,7 +289,10 @@ class Supervisor:
         """Every observer in order, each answered exactly once; False when the run cannot go on."""
         for observer in observers:
             if self.worker is None:
-                if self.restarts >= RESTARTS or self._until_ready(len(self.cells)) is None:
+                if self.restarts >= RESTARTS:
+                    self._gave_up(self._restarted())
+                    return False
+                if self._until_ready(len(self.cells)) is None:
                     return False
                 self.restarts += 1
             ask = {"type": "observe", "id": os.urandom(16).hex(), "case": observer["case"],
