@@ -155,8 +155,12 @@ def test_the_job_sets_the_sandbox_sides_settings():
 @pytest.mark.slow  # grades a submission in the sandbox (10-18 s): `make test`, not `make test-fast`
 def test_the_job_sets_how_often_a_stuck_cell_is_restarted_after():
     """restarts = 0: a cell that swallows its timeout is stopped from outside and nothing runs after it
-    (by default a fresh worker runs the next cell: tests/test_adversarial.py, swallows_its_timeout)."""
+    (by default a fresh worker runs the next cell: tests/test_adversarial.py, swallows_its_timeout), and a
+    person is told why the run stopped there."""
     swallows = "while True:\n    try:\n        while True:\n            pass\n    except BaseException:\n        pass\n"
     records = _run_runner({"cells": [{"source": swallows, "grade_id": None}, {"source": "print('after')", "grade_id": None}],
                            "observers": [], "cell_seconds": 1, "observe_seconds": 5, "grace": 1, "restarts": 0})
-    assert [r["type"] for r in records] == ["done"], records
+    assert [r["type"] for r in records] == ["flag", "done"], records
+    assert records[0]["reason"].startswith("the run stopped: cell 0 had to be stopped from outside, and the process that runs "
+                                           "the cells was started again 0 times, the most a run allows"), records[0]
+    assert "a person should look" in records[0]["reason"] and not records[0].get("forgery")

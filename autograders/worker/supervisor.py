@@ -244,7 +244,7 @@ class Supervisor:
                 self._gave_up(f"the process that runs the cells did not start a cell within {SETUP_SECONDS:.0f} s")
                 return None
             if self.restarts >= RESTARTS:
-                self._gave_up(self._restarted())
+                self._gave_up(f"cell {current} had to be stopped from outside, and " + self._restarted())
                 return None
             self.restarts += 1
             self.skipped.add(current)
