@@ -10,13 +10,14 @@ export JUPYTER_CONFIG_PATH := $(CURDIR)/autograders
 # As if the venv were activated: nbgrader and Jupyter start other tools (alembic, kernels) by name.
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: help install lab formgrader nbgrader test test-fast test-edition test-stress lint test-gpu site release publish grade bench bench-gpu full-run clean
+.PHONY: help install lab formgrader nbgrader test test-suite test-fast test-edition test-stress lint test-gpu site release publish grade bench bench-gpu full-run clean
 
 help:
 	@echo "make lab       students: copy course/ into work/ (once per file) and open JupyterLab there"
 	@echo "make formgrader [RESULTS=<dir>]   instructors: JupyterLab with Formgrader on the course (or a graded class)"
 	@echo "make nbgrader ARGS=\"<command>\" [RESULTS=<dir>]   any nbgrader command on the course (or a graded class)"
-	@echo "make test      install and run the whole test suite on CPU (what CI runs)"
+	@echo "make test      install and run the whole gate on CPU, what CI runs: test-suite, then test-edition"
+	@echo "make test-suite the suite alone: every notebook, grading, attacks, sandboxes, cluster (PYTEST_ARGS to choose)"
 	@echo "make test-fast the fast tier, for every change: unit tests, every fixture judged in-process, one notebook"
 	@echo "make test-edition the student edition installed from its tag on the oldest supported torch: every notebook runs"
 	@echo "make test-stress every multi-process demo launched GPUCOURSE_STRESS_RUNS times (50) under load: no rank may abort"
@@ -74,7 +75,15 @@ nbgrader: install
 XDIST ?= -n auto --dist loadgroup
 # The slowest tests are listed at the end of every run (where the time goes, for keeping the tiers in budget).
 DURATIONS ?= --durations=40 --durations-min=5
+# `make test` is the whole gate, what CI runs: the suite (test-suite), then the student edition as a
+# student receives it (test-edition). The second runs even when the first fails; either failing fails
+# the target. To run chosen tests, give PYTEST_ARGS to `make test-suite`.
 test: install
+	@$(MAKE) --no-print-directory test-suite; suite=$$?; \
+	$(MAKE) --no-print-directory test-edition; edition=$$?; \
+	echo "make test: suite exit $$suite, edition exit $$edition"; [ $$suite -eq 0 ] && [ $$edition -eq 0 ]
+
+test-suite: install
 	GPUCOURSE_SMOKE=1 GPUCOURSE_OFFLINE=1 $(BIN)/python -m pytest -m "not bench and not stress and not edition" $(XDIST) $(DURATIONS) $(PYTEST_ARGS)
 
 # The same suite without the tests marked slow (pyproject.toml's markers): minutes, for every change.
@@ -86,7 +95,8 @@ test-fast: install
 # time (the load is the point). GPUCOURSE_STRESS_RUNS=<n> launches each n times instead of 50.
 # The student edition as a student receives it: built, installed from its git tag (non-editable, --no-deps)
 # next to the oldest supported torch (pyproject's [tool.gpucourse]), every course/ notebook run with the
-# reference answers pasted in (tests/test_edition_installed.py; build/oldest-torch/ keeps the runtime).
+# reference answers pasted in (tests/test_edition_installed.py; build/oldest-torch/ keeps the runtime, so
+# only a fresh clone pays for its install, about 4 minutes). Part of `make test`.
 test-edition: install
 	GPUCOURSE_SMOKE=1 GPUCOURSE_OFFLINE=1 $(BIN)/python -m pytest -m edition tests/test_edition_installed.py $(DURATIONS) $(PYTEST_ARGS)
 

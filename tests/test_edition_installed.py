@@ -4,9 +4,10 @@
 ``--no-deps``) into a Python whose torch and torchvision are pyproject.toml's ``[tool.gpucourse]``
 oldest ones, from the package index; then every released notebook (course/) runs there in a kernel of
 that Python, with the reference answers in its answer cells, at smoke size: not one cell may fail.
-`make test` installs the course editable and on the tested torch, so it cannot see a package file missing
-from the wheel or an API that the oldest torch lacks; this test does. It takes tens of minutes on two
-cores (marker ``edition``): `make test-edition` runs it, before a release.
+The suite (`make test-suite`) installs the course editable and on the tested torch, so it cannot see a
+package file missing from the wheel or an API that the oldest torch lacks; this test does. It takes
+about 8 minutes on two cores, 12 where the runtime is installed first (marker ``edition``):
+`make test-edition` runs it alone, and `make test`, which CI runs, runs it after the suite.
 
 The Python is kept under build/ (keyed by the versions and the requirements), so only the first run
 pays for the install. PyPI has no CPU-only torch for Linux (those builds live on PyTorch's own index),
@@ -198,7 +199,7 @@ def built(tmp_path_factory):
     return publish(tmp_path_factory.mktemp("edition") / "student-edition", edition), edition
 
 
-@pytest.mark.edition  # tens of minutes (the first run installs an 8 GB runtime too): `make test-edition`
+@pytest.mark.edition  # about 8 minutes (a first run installs the 3.3 GB runtime too): `make test-edition`
 def test_every_released_notebook_runs_answered_on_the_oldest_torch_from_the_installed_edition(built, tmp_path):
     from packaging.version import Version
 
