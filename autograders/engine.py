@@ -378,6 +378,8 @@ def _judge(case: public.Case, observation: dict | None, inputs=None) -> str | No
         # from outside it (Case.seen).
         with global_rng():
             return case.judge_with(observation.get("data"), inputs, observation.get("seen"))
+    except public.NotJudged:  # the machine failed, not the answer: ``judge`` tells a person
+        raise
     except Exception as error:  # malformed data is a failed check, not a grader crash
         return f"unexpected data ({type(error).__name__})"
 
@@ -394,7 +396,13 @@ def judge(nb, sub: Submission):
         lines = [f"scored 0: {'; '.join(forgery)}"] if forgery else []
         passed = not forgery
         for ref, case in named:
-            verdict = _judge(case, observations.get(ref), sub.inputs.get(ref))
+            try:
+                verdict = _judge(case, observations.get(ref), sub.inputs.get(ref))
+            except public.NotJudged as error:  # scored 0 for now, never silently: flagged.txt says why
+                verdict = f"not judged: {error}; the instructor is told, to grade it again"
+                note = f"{ref.exercise}: a check could not be judged ({error}): grade it again"
+                if note not in sub.notes:
+                    sub.notes.append(note)
             label = ("hidden check: " if ref.hidden else "") + case.name
             lines.append(f"✓ {label}" if verdict is None else f"✗ {label}: {verdict}")
             passed = passed and verdict is None

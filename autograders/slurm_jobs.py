@@ -18,7 +18,9 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import re
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -44,6 +46,16 @@ with open(os.path.join("reports", uuid.uuid4().hex + ".json"), "w") as f:
 # killed it. sbatch(1): "sig_time must have an integer value between 0 and 65535" s, so 1100 min clears them all.
 TIME_LIMIT_MIN = 1100
 NOBODY = 65534
+# Slurm's own failures, not the script's: its controller not answering, or a step that cannot confirm a job
+# the controller still lists as pending. Seen on a loaded machine: "srun: error: Unable to confirm
+# allocation for job 767: Job is pending execution", then srun waited until the job was cancelled. A job
+# that met one is submitted again, up to TRIES times in all; after that the case is not judged (the grader
+# tells a person), so that a right script never loses its point to the machine. Printing such a line
+# from a script gains nothing: the case then scores 0 and is flagged.
+TROUBLE = re.compile(r"(?:srun|sbatch|salloc): error: .*(?:Unable to confirm allocation|Job is pending execution|"
+                     r"Unable to contact slurm controller|Socket timed out on send/recv|"
+                     r"Zero Bytes were transmitted or received|Communication connection failure)", re.I)
+TRIES = 3
 
 
 def _reachable_by_others(path: Path) -> bool:
@@ -71,16 +83,32 @@ def run_script(text: str, probe_name: str = "train.py", timeout: float = 150) ->
 
     Returns plain data: ``submitted`` (False with ``error``, sbatch's message, when it refused the script),
     ``state`` and ``exit_code`` (from Slurm), ``reports`` (one dict per process that ran the probe: its
-    arguments and SLURM_*/torchrun variables), ``output`` (the job's last lines) and ``seconds``.
+    arguments and SLURM_*/torchrun variables), ``output`` (the job's last lines), ``seconds`` and ``tries``.
+    A job that did not end well and met Slurm's own failure (``TROUBLE``) is submitted again, up to ``TRIES``
+    times; if every try met one, ``infrastructure`` says which (the last try's line): then nothing in it
+    judges the script.
     """
     started = time.monotonic()
     with open(_lock_path(), "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        folder = Path(tempfile.mkdtemp(prefix="job-", dir=_runs_dir()))
-        try:
-            return {**_run_in(folder, text, probe_name, timeout), "seconds": round(time.monotonic() - started, 1)}
-        finally:
-            shutil.rmtree(folder, ignore_errors=True)
+        for tries in range(1, TRIES + 1):
+            folder = Path(tempfile.mkdtemp(prefix="job-", dir=_runs_dir()))
+            try:
+                result = _run_in(folder, text, probe_name, timeout)
+            finally:
+                shutil.rmtree(folder, ignore_errors=True)
+            trouble = result.pop("trouble", None)
+            if trouble is None:
+                break
+        result.update(seconds=round(time.monotonic() - started, 1), tries=tries)
+        if trouble is not None:
+            result["infrastructure"] = f"{trouble} (each of {tries} tries)"
+        return result
+
+
+def trouble_in(output: str) -> str | None:
+    """The first line of ``output`` (a job's, or sbatch's) that is Slurm's own failure (``TROUBLE``), or None."""
+    return next((line.strip()[:300] for line in output.splitlines() if TROUBLE.search(line)), None)
 
 
 def _runs_dir() -> Path:
@@ -106,7 +134,10 @@ def _run_in(folder: Path, text: str, probe_name: str, timeout: float) -> dict:
                                  f"--output={folder}/job.out", f"--error={folder}/job.out",
                                  workdir=folder, environ=environ, user=user)
     except RuntimeError as error:
-        return {"submitted": False, "error": str(error), "reports": [], "account": who}
+        return {"submitted": False, "error": str(error), "reports": [], "account": who, "trouble": trouble_in(str(error))}
+    except subprocess.TimeoutExpired as error:  # the controller did not answer sbatch: not the script's doing
+        return {"submitted": False, "error": f"sbatch did not answer within {error.timeout:.0f} s", "reports": [],
+                "account": who, "trouble": f"sbatch: error: no answer within {error.timeout:.0f} s"}
     info = local_slurm.wait(job, timeout=timeout)
     reports = []
     for path in sorted((folder / "reports").glob("*.json")) if (folder / "reports").is_dir() else []:
@@ -115,6 +146,8 @@ def _run_in(folder: Path, text: str, probe_name: str, timeout: float) -> dict:
         except (OSError, ValueError):
             reports.append({"unreadable": path.name})
     output = (folder / "job.out").read_text(errors="replace") if (folder / "job.out").exists() else ""
-    return {"submitted": True, "job_id": job, "account": who, "state": info.get("JobState", "unknown"),
-            "exit_code": info.get("ExitCode", "?"), "nodes": info.get("NodeList", ""), "reports": reports,
-            "output": "\n".join(output.splitlines()[-12:])}
+    state, exit_code = info.get("JobState", "unknown"), info.get("ExitCode", "?")
+    ended_well = state == "COMPLETED" and exit_code == "0:0"  # a job that ended well met no trouble that mattered
+    return {"submitted": True, "job_id": job, "account": who, "state": state, "exit_code": exit_code,
+            "nodes": info.get("NodeList", ""), "reports": reports, "output": "\n".join(output.splitlines()[-12:]),
+            "trouble": None if ended_well else trouble_in(output)}

@@ -202,6 +202,35 @@ def test_a_run_the_runner_could_not_judge_is_flagged_for_a_person_not_zeroed_as_
     assert sub.scores[first] == 1.0 and set(list(sub.scores.values())[1:]) == {0.0}
 
 
+def test_a_check_the_machine_kept_from_judging_scores_nothing_and_tells_a_person_to_grade_it_again(tmp_path, monkeypatch):
+    """A judge that raises NotJudged (lesson 10's, when the local Slurm cluster failed on every try): that test
+    scores 0 for now, its line says why, and a note for flagged.txt names the exercise to grade again, once;
+    no forgery, and the other tests keep their points."""
+    from gpucourse.checks import NotJudged
+
+    nb, sub = engine.run(*start(submit(tmp_path, "ada", reference_answers()), "ada"), STEPS_HERE[:3])
+    real = engine.cases_of
+
+    def machine_failed(data, *rest):
+        raise NotJudged("the local Slurm cluster failed, not the script: srun: error: Unable to confirm allocation")
+
+    def cases_of(*args):
+        cases = real(*args)
+        first = next(iter(cases))
+        cases[first] = [(ref, dataclasses.replace(case, judge=machine_failed)) for ref, case in cases[first]]
+        return cases
+
+    monkeypatch.setattr(engine, "cases_of", cases_of)
+    nb, sub = engine.judge(nb, sub)
+    first = next(iter(sub.report))
+    assert sub.scores[first] == 0.0 and set(list(sub.scores.values())[1:]) == {1.0} and sub.forgery == []
+    assert all("not judged: the local Slurm cluster failed" in line and "grade it again" in line
+               for line in sub.report[first])
+    assert [n for n in sub.notes if "could not be judged" in n] == [
+        "q1: a check could not be judged (the local Slurm cluster failed, not the script: srun: error: Unable to "
+        "confirm allocation): grade it again"]
+
+
 def test_a_run_without_observations_scores_zero(tmp_path):
     nb, sub = engine.run(*start(submit(tmp_path, "ada", reference_answers()), "ada"), STEPS_HERE[:2])
     nb, sub = engine.judge(nb, sub)  # observe never reported (the sandbox died first)

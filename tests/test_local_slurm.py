@@ -142,6 +142,49 @@ def test_waiting_outlasts_a_controller_too_busy_to_answer(monkeypatch):
     assert LS.wait(7, timeout=120)["JobState"] == "TIMEOUT" and "scancel" in asked
 
 
+def test_slurms_own_failure_is_tried_again_and_then_not_judged_never_blamed_on_the_script(monkeypatch, tmp_path):
+    """Seen in CI under load: srun could not confirm a job the controller still listed as pending, waited, and
+    the job was cancelled at the grader's timeout; the judge read that as the script's failure. Now run_script
+    submits such a job again (up to TRIES), and when every try failed so, the judge raises NotJudged (the
+    grader flags it for a person) instead of failing the script. A job that ended well is never tried again,
+    whatever it printed, and a script's own srun errors are its own."""
+    from autograders import slurm_jobs
+    from gpucourse.checks import NotJudged
+
+    stuck = "srun: error: Unable to confirm allocation for job 767: Job is pending execution"
+    assert slurm_jobs.trouble_in(f"starting\n{stuck}\nsrun: Check SLURM_JOB_ID environment variable") == stuck
+    assert slurm_jobs.trouble_in("sbatch: error: Batch job submission failed: Unable to contact slurm controller "
+                                 "(connect failure)").startswith("sbatch: error:")
+    for own in ("srun: error: Unable to create step for job 5: More processors requested than permitted",
+                "sbatch: error: Batch job submission failed: Requested node configuration is not available",
+                "Unable to confirm allocation", ""):
+        assert slurm_jobs.trouble_in(own) is None, own
+
+    monkeypatch.setattr(slurm_jobs, "_lock_path", lambda: tmp_path / "lock")
+    monkeypatch.setattr(slurm_jobs, "_runs_dir", lambda: tmp_path)
+    tried = []
+
+    def runs(results):
+        def fake(folder, text, probe_name, timeout):
+            tried.append(folder)
+            return dict(results.pop(0))
+        return fake
+
+    troubled = _run("TIMEOUT", "0:0", trouble=stuck, output=stuck)
+    monkeypatch.setattr(slurm_jobs, "_run_in", runs([troubled, _run("FAILED", "1:0", trouble=None)]))
+    result = slurm_jobs.run_script("#!/bin/bash\n")
+    assert result["tries"] == 2 and result["state"] == "FAILED" and "infrastructure" not in result
+    assert "ended FAILED" in _hidden().judge_run(RUN_REQUEST, result)
+
+    tried.clear()
+    monkeypatch.setattr(slurm_jobs, "_run_in", runs([troubled] * slurm_jobs.TRIES))
+    result = slurm_jobs.run_script("#!/bin/bash\n")
+    assert len(tried) == slurm_jobs.TRIES == result["tries"] and stuck in result["infrastructure"]
+    with pytest.raises(NotJudged, match="the local Slurm cluster failed, not the script"):
+        _hidden().judge_run(RUN_REQUEST, result)
+    assert not list(tmp_path.glob("job-*")), "every try's folder is removed"
+
+
 def test_the_restated_launch_checks_equal_lightnings_own():
     """lightning_launch_view (the grader's) against Lightning's real environments, on every kind of task."""
     from lightning_fabric.plugins.environments import SLURMEnvironment

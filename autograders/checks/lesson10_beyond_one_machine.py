@@ -12,7 +12,7 @@ batch shell once or by each task's shell).
 import re
 
 from autograders.differential import call
-from gpucourse.checks import Case
+from gpucourse.checks import Case, NotJudged
 from gpucourse.checks.lesson10_beyond_one_machine import RANK_KEYS, judge_sbatch_all
 from gpucourse.checks.values import rebuild, type_words
 from gpucourse.beyond_one_machine import hostnames, srun_environments
@@ -349,6 +349,8 @@ def judge_run(request: dict, result: dict) -> str | None:
     nodes, gpus = request["nodes"], request["gpus"]
     want = nodes * gpus
     where = f"on the {nodes}-node cluster ({gpus} GPUs per node)"
+    if result.get("infrastructure"):  # Slurm's own failure on every try: nothing here judges the script
+        raise NotJudged(f"the local Slurm cluster failed, not the script: {result['infrastructure']}")
     if not result.get("submitted"):
         return f"sbatch refused the script {where}: {result.get('error')}"
     if result.get("state") != "COMPLETED" or result.get("exit_code") != "0:0":

@@ -78,6 +78,11 @@ class AnswerError(Exception):
     """An answer the grader reads is missing or of the wrong type; the message says what to define."""
 
 
+class NotJudged(Exception):
+    """A judge could not judge, for a reason of the machine's and not of the answer (a cluster that failed
+    on every try): the case scores nothing, and the grader tells a person why, so that it is graded again."""
+
+
 class CheckFailed(AssertionError):
     """``check()`` found failing cases; the ✓/✗ lines above say which (``failures`` holds them)."""
 
