@@ -10,7 +10,7 @@ export JUPYTER_CONFIG_PATH := $(CURDIR)/autograders
 # As if the venv were activated: nbgrader and Jupyter start other tools (alembic, kernels) by name.
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: help install lab formgrader nbgrader test test-suite test-fast test-edition test-stress lint test-gpu site release publish grade bench bench-gpu full-run clean
+.PHONY: help install lab formgrader nbgrader test test-suite test-fast test-edition test-stress lint test-gpu gpu-tests site release publish grade bench bench-gpu full-run clean
 
 help:
 	@echo "make lab       students: copy course/ into work/ (once per file) and open JupyterLab there"
@@ -115,6 +115,9 @@ lint: install
 GPU_TESTS := tests/test_notebooks.py tests/test_notebooks_accelerator_cells.py tests/test_cpu_gpu_cuda.py tests/test_moving_data.py \
   tests/test_mixed_precision.py tests/test_profiling.py tests/test_bench_gpu.py
 GPU_XDIST ?= -n 8 --dist loadgroup
+# The same list for bench/offline_gpu_run.sh (a GPU machine with no network and its own torch).
+gpu-tests:
+	@echo $(GPU_TESTS)
 test-gpu: install
 	@GPUCOURSE_SMOKE=1 GPUCOURSE_OFFLINE=1 GPUCOURSE_REQUIRE=cuda $(BIN)/python -m pytest -rs -m "not bench" \
 	  $(GPU_XDIST) $(GPU_TESTS) $(PYTEST_ARGS); tests=$$?; \

@@ -152,3 +152,24 @@ def test_a_cpu_run_is_only_the_dry_run(capsys):
                                          ("NVIDIA GeForce RTX 4090", "4090"), ("NVIDIA A100-SXM4-40GB", "A100-SXM4-40GB")])
 def test_short_names(name, short):
     assert bench_gpu.short_name(name) == short
+
+
+def test_keep_going_records_a_broken_part_and_still_measures_the_others(tmp_path, capsys):
+    """On a short GPU lease one broken part must not lose the rest: with keep_going its traceback is kept
+    under ``failed``, later parts run, and the partial file holds what was measured after every part."""
+    def broken(b):
+        raise ValueError("a part that breaks on this device")
+
+    parts = [("broken part", broken), ("lesson 1: CPU processes", bench_gpu.lesson01)]
+    partial = tmp_path / "ref.partial.json"
+    data = bench_gpu.run("cpu", "tiny", parts=parts, keep_going=True, partial=partial)
+    assert list(data["failed"]) == ["broken part"] and "ValueError: a part that breaks" in data["failed"]["broken part"]
+    assert "lesson01_count_primes_speedup" in data["measurements"], "the part after the broken one did not run"
+    assert json.loads(partial.read_text())["measurements"] == data["measurements"]
+    with pytest.raises(ValueError, match="breaks on this device"):
+        bench_gpu.run("cpu", "tiny", parts=parts)  # without keep_going a broken part stops the run, as before
+
+
+def test_a_copy_without_git_names_its_commit(monkeypatch):
+    monkeypatch.setenv("GPUCOURSE_COMMIT", "abc1234")
+    assert bench_gpu.header({}, {}, "measured")["commit"].startswith("abc1234 ")

@@ -35,6 +35,7 @@ import json
 import sys
 import tempfile
 import time
+import traceback
 from pathlib import Path
 from typing import Callable
 
@@ -504,21 +505,44 @@ def progress(parts, device: str):
 
 
 
-def run(device: str, mode: str = "full", parts=None) -> dict:
-    """Measure every part (``mode``: full, quick or tiny) and return the reference's data (not yet written)."""
+def run(device: str, mode: str = "full", parts=None, keep_going: bool = False, partial: Path | None = None) -> dict:
+    """Measure every part (``mode``: full, quick or tiny) and return the reference's data (not yet written).
+
+    ``keep_going``: a part that raises is recorded under ``failed`` (its traceback) and the next part runs, so
+    that one broken part of a short GPU lease does not lose the others. ``partial``: after each part, what is
+    measured so far is written there (unvalidated), so a run stopped by a time limit still leaves its numbers.
+    """
     bench = Bench(device, MODES[mode], mode)
     tiny = mode == "tiny"
-    for fn in progress(parts or PARTS, device):
-        fn(bench)
+    failed: dict[str, str] = {}
+
+    def data_so_far() -> dict:
+        found, software = machine(device)
+        data = header(found, software, reference.FIXTURE_STATUS if tiny else reference.STATUS)
+        data.update(measurements=bench.measurements, run=mode)
+        if bench.absent:
+            data["absent"] = bench.absent
+        if failed:
+            data["failed"] = failed
+        if tiny:
+            data["note"] = f"test mode (--tiny, a dry run): every part at tiny sizes on {device}; not a reference for any lesson"
+        return data
+
+    chosen = parts or PARTS
+    titles = {fn: title for title, fn in chosen}
+    for fn in progress(chosen, device):
+        try:
+            fn(bench)
+        except Exception:  # noqa: BLE001 - recorded whole, and raised again unless asked to keep going
+            if not keep_going:
+                raise
+            failed[titles[fn]] = traceback.format_exc()
+            print(f"FAILED: {titles[fn]}\n{failed[titles[fn]]}", file=sys.stderr)
         free(bench)
-    found, software = machine(device)
-    data = header(found, software, reference.FIXTURE_STATUS if tiny else reference.STATUS)
-    data.update(measurements=bench.measurements, run=mode)
-    if bench.absent:
-        data["absent"] = bench.absent
-    if tiny:
-        data["note"] = f"test mode (--tiny, a dry run): every part at tiny sizes on {device}; not a reference for any lesson"
-    return data
+        if partial is not None:
+            partial.parent.mkdir(parents=True, exist_ok=True)
+            partial.write_text(json.dumps(data_so_far(), indent=1, ensure_ascii=False) + "\n")
+    return data_so_far()
 
 
 def write(data: dict, out: Path) -> Path:
@@ -542,6 +566,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="the same sizes and labels, shorter timing (make test-gpu)")
     parser.add_argument("--tiny", action="store_true", help="a dry run at tiny sizes (a GPU, or --device cpu): "
                         "every part runs; the file is a test fixture, never a reference")
+    parser.add_argument("--keep-going", action="store_true", help="a part that fails is recorded and the others "
+                        "still run; what was measured is written to <out>.partial.json after every part, and a run "
+                        "with a failed part writes only that file and exits 1 (for a short lease on a GPU)")
     args = parser.parse_args(argv)
     if args.device == "cuda" and not torch.cuda.is_available():
         print("make bench-gpu measures an NVIDIA GPU, and torch sees no CUDA device here: nothing was "
@@ -553,14 +580,22 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
         return 2
     start = time.perf_counter()
-    data = run(args.device, "tiny" if args.tiny else "quick" if args.quick else "full")
-    out = args.out or Path("bench/results") / f"reference-{data['device']['short'].lower()}.json"
+    mode = "tiny" if args.tiny else "quick" if args.quick else "full"
+    name = short_name(torch.cuda.get_device_name()) if args.device == "cuda" else "cpu"
+    out = args.out or Path("bench/results") / f"reference-{name.lower()}.json"
+    partial = out.with_suffix(".partial.json") if args.keep_going else None
+    data = run(args.device, mode, keep_going=args.keep_going, partial=partial)
+    if data.get("failed"):
+        print(f"{len(data['failed'])} part(s) failed: {', '.join(data['failed'])}; what was measured is in {partial} "
+              f"(not a reference: {out} was not written)", file=sys.stderr)
+        return 1
     write(data, out)
+    if partial is not None:
+        partial.unlink(missing_ok=True)
     print(f"wrote {out} ({sum(len(m['values']) for m in data['measurements'].values())} values, "
           f"{sum(len(v) for v in data.get('absent', {}).values())} absent with a reason, "
           f"{time.perf_counter() - start:.0f} s). To ship it: copy it to src/gpucourse/reference/<name>.json.")
     return 0
-
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -209,6 +209,10 @@ def machine(device: str) -> tuple[dict, dict]:
 
 
 def commit() -> str:
+    """The checkout's commit; GPUCOURSE_COMMIT names it for a copy of the tree without its git history
+    (a GPU machine the tree was sent to)."""
+    if os.environ.get("GPUCOURSE_COMMIT"):
+        return os.environ["GPUCOURSE_COMMIT"] + " (named by GPUCOURSE_COMMIT: a copy without git)"
     try:
         run = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=20,
                              cwd=Path(__file__).resolve().parent)
