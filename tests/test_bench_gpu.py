@@ -173,3 +173,19 @@ def test_keep_going_records_a_broken_part_and_still_measures_the_others(tmp_path
 def test_a_copy_without_git_names_its_commit(monkeypatch):
     monkeypatch.setenv("GPUCOURSE_COMMIT", "abc1234")
     assert bench_gpu.header({}, {}, "measured")["commit"].startswith("abc1234 ")
+
+
+def test_full_timing_of_lesson_1_times_threads_at_1_2_and_every_core_only(monkeypatch):
+    """On an H200 lease the full part (threads and processes at 6 worker counts, best of 3) outran its share of the
+    time; held by the GIL, threads at other counts add nothing. Processes keep every count."""
+    from gpucourse import processes_threads as P
+
+    monkeypatch.setattr(P, "usable_cores", lambda: 16)
+    calls = []
+    monkeypatch.setattr(P, "time_run", lambda kind, fn, args, workers, repeats: calls.append((kind, workers, repeats)) or 1.0)
+    b = bench_gpu.Bench("cpu", bench_gpu.MODES["full"], "full")
+    bench_gpu.lesson01(b)
+    measured = set(b.measurements["lesson01_count_primes_speedup"]["values"])
+    assert measured == {"threads x1", "threads x2", "threads x16"} | {f"processes x{n}" for n in (1, 2, 4, 8, 16, 32)}
+    assert set(b.absent["lesson01_count_primes_speedup"]) == {"threads x4", "threads x8", "threads x32"}
+    assert {repeats for *_, repeats in calls} == {3}

@@ -256,3 +256,17 @@ def test_interval_reference_is_young_and_the_draws_stay_off_halves():
     assert L.judge_public_intervals(L.observe_public_intervals({"checkpoint_every": good})) is None
     floor = lambda c, m, s: max(1, int(math.sqrt(2 * c * m) / s))
     assert "the nearest whole number" in L.judge_public_intervals(L.observe_public_intervals({"checkpoint_every": floor}))
+
+
+def test_rank_rng_saves_the_same_keys_whether_or_not_a_library_started_cuda(monkeypatch):
+    """DCP loads into the keys ``state_dict()`` returns at load time: if they depended on whether CUDA happened to be
+    started, a CPU run saved without a GPU generator could not be loaded after a library started CUDA (an H200 run
+    of lesson 16: "Missing key in checkpoint state_dict: rng.rank0.cuda")."""
+    import torch
+
+    saved = H.RankRNG(0).state_dict()
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_rng_state", lambda: torch.zeros(8, dtype=torch.uint8))
+    assert list(H.RankRNG(0).state_dict()["rank0"]) == list(saved["rank0"]) == ["cpu"]
+    assert list(H.RankRNG(0, cuda=True).state_dict()["rank0"]) == ["cpu", "cuda"]  # a run whose tensors are on the GPU

@@ -163,3 +163,20 @@ def test_measured_traffic_and_memory_of_a_launch_match_the_graders_reference():
         assert got == {kind: 2 * value for kind, value in want.items()}, row["setting"]
     peaks = {str(row["setting"]): row["peak_parameter_bytes"] for row in reports[0]["rows"]}
     assert peaks["True"] == peaks["2"] < peaks["False"] == peaks["1"]
+
+
+def test_shard_puts_its_mesh_on_the_cpu_even_where_torch_sees_a_gpu(monkeypatch, tmp_path):
+    """FSDP2's default mesh is on the accelerator torch reports (``cuda:<rank>``): on an H200, lesson 17's demo of 4
+    ranks failed with "invalid device ordinal". Its tensors live on the CPU, so ``shard`` builds a CPU mesh itself."""
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", store=dist.FileStore(str(tmp_path / "store"), 1), rank=0, world_size=1)
+    try:
+        monkeypatch.setattr(torch._C, "_get_accelerator", lambda: torch.device("cuda"))  # what a GPU machine answers
+        model = H.shard(H.stack(8, 2))
+        weight = model[0][0].weight
+        assert weight.device_mesh.device_type == "cpu" and weight.device.type == "cpu"
+        model(torch.randn(3, 8)).sum().backward()  # and it trains there
+        assert weight.grad is not None
+    finally:
+        dist.destroy_process_group()

@@ -57,9 +57,15 @@ def stack(width: int, depth: int, seed: int = 0, device=None) -> nn.Sequential:
 
 
 def shard(model: nn.Sequential, mesh=None, **options) -> nn.Sequential:
-    """``fully_shard`` every block, then the stack (the root, which holds no parameters of its own)."""
+    """``fully_shard`` every block, then the stack (the root, which holds no parameters of its own), over ``mesh``
+    (all ranks, on the CPU, when None)."""
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
 
+    if mesh is None:  # these demos keep their tensors on the CPU; FSDP2's default mesh is on the accelerator torch
+        # sees, cuda:<rank>, which fails on a machine with fewer GPUs than ranks (an H200: "invalid device ordinal")
+        mesh = init_device_mesh("cpu", (dist.get_world_size(),))
     for block in model:
         fully_shard(block, mesh=mesh, **options)
     fully_shard(model, mesh=mesh, **options)

@@ -333,6 +333,19 @@ _LIGHTNING_LEAFSPEC = r".*isinstance\(treespec, LeafSpec\)"
 # started by srun, and the hint it prints ("srun python -m ipykernel_launcher ...") would be wrong there.
 _SRUN_NOT_USED = "The `srun` command is available on your system but is not used"
 
+# Seen on a GPU machine (an H200, 16 cores), never on the 2-core CPU machine:
+# - Lightning's "GPU available but not used": the lessons that train on the CPU on purpose (to compare, to
+#   fork with ddp_notebook) say which device they use in their own output.
+# - Lightning's advice to raise `num_workers` where a machine has many cores: lessons 5 and 11 teach loader
+#   workers and measure them; elsewhere the loader is in memory and a worker would only add start-up.
+# - torch's AccumulateGrad stream warning under Lightning's DDP on CUDA: Lightning builds DDP on a side stream
+#   (Lightning-AI/pytorch-lightning#21567, fixed by #21746), a notice about its code, not the lesson's.
+# - tqdm's "IProgress not found" where ipywidgets is not installed: its bar falls back to text.
+_GPU_NOT_USED = "GPU available but not used"
+_FEW_WORKERS = r".*does not have many workers which may be a bottleneck"
+_DDP_SIDE_STREAM = "The AccumulateGrad node's stream does not match the stream"
+_NO_IPYWIDGETS = "IProgress not found"
+
 
 class _DropMessage:
     """A logging filter that drops the records whose message starts with ``prefix``."""
@@ -357,8 +370,8 @@ def quiet_libraries() -> None:
     cpp_extension = logging.getLogger("torch.utils.cpp_extension")
     if not any(isinstance(f, _DropMessage) for f in cpp_extension.filters):
         cpp_extension.addFilter(_DropMessage(_NO_CUDA_RUNTIME))
-    warnings.filterwarnings("ignore", message=_LIGHTNING_LEAFSPEC)
-    warnings.filterwarnings("ignore", message=_SRUN_NOT_USED)
+    for message in (_LIGHTNING_LEAFSPEC, _SRUN_NOT_USED, _GPU_NOT_USED, _FEW_WORKERS, _DDP_SIDE_STREAM, _NO_IPYWIDGETS):
+        warnings.filterwarnings("ignore", message=message)
 
 
 def setup(seed: int = 0, quiet: bool = False) -> Setup:

@@ -304,6 +304,8 @@ def speedup_note(rows: Sequence[Measurement], smoke: bool = False) -> str | None
         shown = ", ".join(f"{k.split()[-1][1:]} processes {v:.1f}×" for k, v in values.items()
                           if k.startswith("processes") and k.split()[-1] in ("x2", "x8", "x16"))
         cores = ref.data["device"].get("cpu_cores")
+        if not shown:  # this GPU's reference did not measure its host's processes
+            return note + f". {ref.missing(REFERENCE_SPEEDUP)}"
         note += (f". A larger run (the course's bench: 32 tasks of count_primes(150,000)) on a {cores}-core CPU "
                  f"({ref.short} host, {ref.data['date']}): {shown} faster than serial")
     return note

@@ -56,18 +56,24 @@ class ResumableSampler:
 
 class RankRNG:
     """This rank's random generators as a ``Stateful`` (lesson 16), under a key of its own (``rank<R>``): ranks
-    draw different dropout masks, and DCP writes a key that every rank saves only once."""
+    draw different dropout masks, and DCP writes a key that every rank saves only once.
 
-    def __init__(self, rank: int):
-        self.key = f"rank{rank}"
+    ``cuda``: the run draws on the GPU too (its tensors live there), so the GPU's generator is saved and loaded
+    with the CPU's. It is an argument, not a guess from ``torch.cuda.is_initialized()``: DCP loads into the keys
+    that ``state_dict()`` returns at load time, so they must be the keys it returned at save time, and a library
+    may start CUDA in one process of a CPU run and not in the other (seen on an H200: "Missing key in checkpoint
+    state_dict: rng.rank0.cuda")."""
+
+    def __init__(self, rank: int, cuda: bool = False):
+        self.key, self.cuda = f"rank{rank}", cuda
 
     def state_dict(self) -> dict:
         state = {"cpu": torch.get_rng_state()}
-        if torch.cuda.is_available() and torch.cuda.is_initialized():  # a GPU run: its generator too
+        if self.cuda:
             state["cuda"] = torch.cuda.get_rng_state()
         return {self.key: state}
 
     def load_state_dict(self, state: dict) -> None:
         torch.set_rng_state(state[self.key]["cpu"])
-        if "cuda" in state[self.key]:
+        if self.cuda:
             torch.cuda.set_rng_state(state[self.key]["cuda"])
