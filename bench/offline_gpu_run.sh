@@ -6,7 +6,7 @@
 #
 # WHEELS: a folder of wheels for what the machine lacks (nbclient, nbformat, ipykernel, Darts, and what they
 # need; `pip download --no-deps`), installed with --no-deps into a folder of their own, never over its torch.
-# OUT: where the results go: env.log (GPU, driver, versions, `python -m gpucourse.doctor`), bench.log and
+# OUT: where the results go: env.log (GPU, driver, versions, `python -m gpucourse doctor`), bench.log and
 # reference-<gpu>.json (`bench-gpu`, full timing; reference-<gpu>.partial.json if a part failed or time ran
 # out), tests.log and junit.xml (make test-gpu's tests), executed.tgz (every notebook as it ran).
 #
@@ -28,7 +28,7 @@ export PYTHONPATH="$PWD/src:$PWD:$SITE${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFE
 
 { nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv; nproc
   "$PY" -c 'import sys, torch, torchvision, pytorch_lightning as pl; print(sys.version); print("torch", torch.__version__, "cuda", torch.version.cuda, "cudnn", torch.backends.cudnn.version(), "pl", pl.__version__, "tv", torchvision.__version__)'
-  "$PY" -m gpucourse.doctor; } > "$OUT/env.log" 2>&1
+  "$PY" -m gpucourse doctor; } > "$OUT/env.log" 2>&1
 cat "$OUT/env.log"
 
 # The bench gets at most 45% of the budget; it writes what it measured after every part. GPU_BENCH=0 leaves

@@ -54,6 +54,9 @@ def test_doctor_command_line():
     assert done.returncode == 0 and done.stdout.strip()
     wrong = subprocess.run([sys.executable, "-m", "gpucourse", "nonsense"], capture_output=True, text=True, timeout=120)
     assert wrong.returncode == 2 and "usage" in wrong.stderr
+    # the module's own name gives the same report (bench-gpu's refusal names it; it once printed nothing)
+    by_module = subprocess.run([sys.executable, "-m", "gpucourse.doctor"], capture_output=True, text=True, timeout=120)
+    assert by_module.returncode == 0 and by_module.stdout == done.stdout
 
 
 def test_async_device_runs_in_order_and_in_the_background():

@@ -100,3 +100,14 @@ def test_recomputation_runs_whether_or_not_checkpoint_takes_respect_saved_tensor
         grads[recompute] = x.grad
     assert torch.allclose(grads["full"], grads["none"], atol=1e-6)
     assert torch.allclose(grads["policy"], grads["none"], atol=1e-6)
+
+
+def test_each_gpu_is_set_against_its_own_vendor_figure():
+    """Lesson 19 divides a reference's measured matmul by the vendor's dense bfloat16 figure: the figure of that
+    reference's GPU (an H200 run once read the H100's datasheet), labelled as a vendor spec, with its source."""
+    from gpucourse import reference as R
+
+    for short, spec in MM.BF16_DENSE_SPECS.items():
+        assert short in spec["source"] and spec["status"].startswith("vendor spec") and spec["flops"] > 0
+    shipped = {R.load(name).short for name in R.names()}
+    assert shipped <= set(MM.BF16_DENSE_SPECS), f"a shipped reference without its vendor figure: {shipped - set(MM.BF16_DENSE_SPECS)}"

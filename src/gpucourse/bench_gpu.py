@@ -577,7 +577,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.device == "cuda" and not torch.cuda.is_available():
         print("make bench-gpu measures an NVIDIA GPU, and torch sees no CUDA device here: nothing was "
-              "measured. Run it on a machine with a GPU (python -m gpucourse.doctor says what torch sees).",
+              "measured. Run it on a machine with a GPU (python -m gpucourse doctor says what torch sees).",
               file=sys.stderr)
         return 2
     if args.device == "cpu" and not args.tiny:

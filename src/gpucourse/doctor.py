@@ -166,3 +166,7 @@ def report(findings: list[Finding]) -> str:
         if finding.fix:
             lines.append(f"    fix: {finding.fix}")
     return "\n".join(lines)
+
+
+if __name__ == "__main__":  # `python -m gpucourse.doctor` too, the module's own name: the same report
+    print(report(diagnose(gather())))

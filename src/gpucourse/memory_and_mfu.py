@@ -36,6 +36,15 @@ H100_SXM_BF16_DENSE_SPEC = {
     "source": "NVIDIA H100 Tensor Core GPU datasheet: H100 SXM, BF16 Tensor Core 1,979 TFLOPS with sparsity, "
               "half of it (989.4) dense",
 }
+# The H200 is the H100's GH100 die with more and faster memory: the same Tensor Core figure.
+H200_SXM_BF16_DENSE_SPEC = {
+    "flops": 989.4e12,
+    "status": "vendor spec, not measured by this course",
+    "source": "NVIDIA H200 Tensor Core GPU product page: H200 SXM, BF16 Tensor Core 1,979 TFLOPS with sparsity, "
+              "half of it (989.4) dense",
+}
+# By a reference's short name (gpucourse.reference): a GPU's measured matmul is set against its own vendor figure.
+BF16_DENSE_SPECS = {"H100": H100_SXM_BF16_DENSE_SPEC, "H200": H200_SXM_BF16_DENSE_SPEC}
 
 
 def core_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dropout: float, training: bool,

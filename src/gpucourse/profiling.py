@@ -59,7 +59,8 @@ def profile_training(loader: DataLoader, model: nn.Module, optimizer: torch.opti
     model.to(device)
     batches = iter(loader)
     running = 0.0
-    with profile(activities=activities, record_shapes=True,
+    # acc_events: keep the events of every cycle (there is one); without it torch warns on a GPU that it clears them
+    with profile(activities=activities, record_shapes=True, acc_events=True,
                  schedule=schedule(wait=wait, warmup=warmup, active=active)) as prof:
         for _ in range(wait + warmup + active):
             with record_function("data"):
