@@ -112,6 +112,29 @@ def test_every_notebook_opens_with_the_same_preamble(source):
     assert nbgrader_meta(preamble).get("locked"), "the preamble is a locked cell"
 
 
+FULL_SIZE = re.compile(r"at full size (under a minute|about (\d+) min) \((\d+) s of cells, `make full-run`, measured (\d{4}-\d\d-\d\d) "
+                       r"with nothing else running: `(bench/full-runs/[\w.-]+\.json)`")
+
+
+@pytest.mark.parametrize("source", SOURCES, ids=lambda p: p.parent.name)
+def test_each_notebooks_full_size_time_is_read_from_a_recorded_run(source):
+    """The time a lesson states for its full size is its entry in a committed `make full-run` record (wall time
+    of its cells, on the 2-core machine with nothing else running), rounded as the text says; a run that failed
+    states no time."""
+    import json
+    import math
+
+    found = FULL_SIZE.search(read(source).cells[0].source)
+    assert found, "each notebook states its full-size time from a recorded `make full-run`"
+    span, seconds, date, record = found[1], int(found[3]), found[4], found[5]
+    runs = json.loads((ROOT / record).read_text())
+    run = runs["lessons"][source.parent.name]
+    assert run["error"] is None and runs["machine"]["cpus"] == 2
+    assert seconds == round(run["wall_s"])
+    assert span == ("under a minute" if run["wall_s"] < 60 else f"about {math.ceil(run['wall_s'] / 60)} min")
+    assert date == run["finished_utc"][:10]
+
+
 def test_only_lesson_9_installs_darts():
     for source in SOURCES:
         installs = [c for c in read(source).cells if c.cell_type == "code" and 'install_missing("darts")' in c.source]
