@@ -50,18 +50,10 @@ from gpucourse.tensor_cores import tf32  # the one TF32 switch (lesson 3), for m
 from gpucourse.moving_data import filled_host
 
 
-
-
 MATMUL_DTYPES = {"float32": (torch.float32, False), "tf32": (torch.float32, True),
                  "float16": (torch.float16, False), "bfloat16": (torch.bfloat16, False)}
 STEP_RECIPES = {"fp32": (None, False), "tf32": (None, True), "amp fp16": (torch.float16, False),
                 "amp bf16": (torch.bfloat16, False)}  # each also run with channels_last
-
-
-
-
-
-
 
 
 def free(b: Bench) -> None:
@@ -480,12 +472,6 @@ PARTS: list[tuple[str, Callable[[Bench], None]]] = [
     ("CUDA graph", cuda_graph), ("lesson 11: profiled loop", profile), ("lesson 1: CPU processes", lesson01)]
 
 
-
-
-
-
-
-
 def progress(parts, device: str):
     """One line per part as it starts and ends (tqdm's bar over the parts where tqdm is installed)."""
     try:
@@ -502,12 +488,6 @@ def progress(parts, device: str):
             bar.update(1)
     if bar:
         bar.close()
-
-
-
-
-
-
 
 
 def run(device: str, mode: str = "full", parts=None, keep_going: bool = False, partial: Path | None = None) -> dict:
