@@ -264,6 +264,19 @@ def test_lesson1_speedup_note_reads_what_bench_gpu_writes(tmp_path, monkeypatch)
     assert f"16 processes {written['processes x16']:.1f}×" in note and "smoke size" in note
 
 
+def test_lesson1_speedup_note_says_why_where_a_gpus_reference_did_not_measure_its_host(monkeypatch):
+    """h200.json lists lesson 1's host speedups under ``absent`` (its lease ran out): the note gives that reason
+    instead of an empty list of speedups."""
+    from gpucourse import processes_threads as P
+
+    monkeypatch.setenv(R.ENV, "h200")
+    monkeypatch.delenv(R.STRICT_ENV, raising=False)
+    lost = [P.Measurement("count_primes", "serial", 1, 0.4, 1.0), P.Measurement("count_primes", "processes", 2, 0.8, 0.5)]
+    note = P.speedup_note(lost, smoke=True)
+    reason = R.load("h200").missing(P.REFERENCE_SPEEDUP)
+    assert "never beat serial at smoke size" in note and reason and reason in note and "×" not in note
+
+
 def cells_to_run(path: Path) -> set[int] | None:
     """The cells of solution notebook ``path`` a run against another reference must make: those that read a
     reference file in this pytest run's execution of it (``conftest.reference_cells``: a helper's read counts),
