@@ -500,9 +500,9 @@ def run(device: str, mode: str = "full", parts=None, keep_going: bool = False, p
     bench = Bench(device, MODES[mode], mode)
     tiny = mode == "tiny"
     failed: dict[str, str] = {}
+    found, software = machine(device)  # read once: the partial file is rewritten after every part
 
     def data_so_far() -> dict:
-        found, software = machine(device)
         data = header(found, software, reference.FIXTURE_STATUS if tiny else reference.STATUS)
         data.update(measurements=bench.measurements, run=mode)
         if bench.absent:

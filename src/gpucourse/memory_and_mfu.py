@@ -38,8 +38,7 @@ H100_SXM_BF16_DENSE_SPEC = {
 }
 # The H200 is the H100's GH100 die with more and faster memory: the same Tensor Core figure.
 H200_SXM_BF16_DENSE_SPEC = {
-    "flops": 989.4e12,
-    "status": "vendor spec, not measured by this course",
+    **H100_SXM_BF16_DENSE_SPEC,
     "source": "NVIDIA H200 Tensor Core GPU product page: H200 SXM, BF16 Tensor Core 1,979 TFLOPS with sparsity, "
               "half of it (989.4) dense",
 }
