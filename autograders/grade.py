@@ -37,7 +37,7 @@ from tqdm import tqdm
 
 from . import engine, record, sandbox
 from .pool import longest_first, sandboxed  # noqa: F401 - the local pool (slurm_grade.py is the other)
-from .course import COURSE, HERE, ROOT, SOLUTIONS, DueDates, api, assignments, load_config
+from .course import COURSE, HERE, ROOT, SOLUTIONS, DueDates, api, assignments, load_config, stamp_new_gradebook
 from .settings import Grading, settings
 
 IGNORED = shutil.ignore_patterns(".ipynb_checkpoints", "__pycache__")
@@ -302,6 +302,7 @@ def grade(submissions: Path, results: Path, solutions: Path = SOLUTIONS, only_st
     work.mkdir(parents=True, exist_ok=True)
     batch = discover(submissions, assignments(solutions), only_student)
     prepare(work, submissions, batch, solutions)
+    stamp_new_gradebook(work / "gradebook.db")  # nbgrader would start a subprocess to learn what to stamp
     config = load_config(root=work, db=work / "gradebook.db", source="source", release="release")
     if config_overrides is not None:
         config.merge(config_overrides)

@@ -14,6 +14,7 @@ The sandboxed step, observe, runs in tests/test_grading.py and tests/test_advers
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import csv
 import dataclasses
@@ -29,6 +30,7 @@ from conftest import COURSE, SOLUTIONS, nbgrader_meta
 
 from autograders import engine, grade, record
 from autograders.context import CaseRef, Submission
+from autograders.course import stamp_new_gradebook
 from autograders.settings import Grading
 
 ASSIGNMENT = "quiz_gpu_data_parallel"
@@ -289,9 +291,8 @@ def quiz_gradebook(tmp_path_factory) -> Path:
     from nbgrader.api import Gradebook
 
     path = tmp_path_factory.mktemp("gradebook") / "gradebook.db"
-    # a new gradebook is stamped with the schema version the `alembic` command reports (seconds to
-    # start it); this one is never upgraded, so it goes unstamped
-    with mock.patch.object(nbgrader.api, "get_alembic_version", lambda: "unstamped"):
+    assert stamp_new_gradebook(path)  # as `grade` makes it: no `alembic` subprocess
+    with mock.patch.object(nbgrader.api, "get_alembic_version", side_effect=AssertionError("not stamped")):
         with Gradebook(f"sqlite:///{path}") as gb:
             gb.add_assignment(ASSIGNMENT)
             gb.add_notebook("quiz", ASSIGNMENT)
@@ -302,6 +303,34 @@ def quiz_gradebook(tmp_path_factory) -> Path:
                 if meta.get("solution"):
                     gb.add_solution_cell(meta["grade_id"], "quiz", ASSIGNMENT)
     return path
+
+
+def test_a_new_gradebook_is_stamped_as_nbgrader_stamps_it_without_starting_alembic(tmp_path):
+    """``grade`` stamps a new gradebook in-process (course.stamp_new_gradebook); nbgrader runs the
+    ``alembic`` command for it. Once ``Gradebook`` has opened each, both hold the same schema and revision,
+    and the stamp leaves an existing gradebook as it is."""
+    import sqlite3
+
+    import nbgrader.api
+    from nbgrader.api import Gradebook
+
+    def contents(path: Path):
+        with contextlib.closing(sqlite3.connect(path)) as db:
+            schema = sorted(db.execute("SELECT type, name, sql FROM sqlite_master").fetchall())
+            return schema, db.execute("SELECT version_num FROM alembic_version").fetchall()
+
+    theirs, ours = tmp_path / "nbgrader", tmp_path / "engine"
+    theirs.mkdir(), ours.mkdir()
+    Gradebook(record.db_url(theirs)).close()  # nbgrader's way: its `alembic heads` subprocess
+    assert stamp_new_gradebook(ours / "gradebook.db")
+    with mock.patch.object(nbgrader.api, "get_alembic_version", side_effect=AssertionError("alembic started")):
+        Gradebook(record.db_url(ours)).close()
+    assert contents(ours / "gradebook.db") == contents(theirs / "gradebook.db")
+    assert len(contents(ours / "gradebook.db")[1]) == 1
+
+    before = (ours / "gradebook.db").read_bytes()
+    assert not stamp_new_gradebook(ours / "gradebook.db")
+    assert (ours / "gradebook.db").read_bytes() == before
 
 
 def test_late_penalty_through_nbgrader_plugin(tmp_path, quiz_gradebook):
