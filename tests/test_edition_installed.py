@@ -172,16 +172,32 @@ async def _execute(nb, python: Path, env: dict[str, str], cwd: Path) -> float:
 
 
 def failures(nb) -> list[str]:
-    """Every error in the executed ``nb``, and every traceback a cell printed: one line each."""
+    """Every error in the executed ``nb``, and every traceback a cell printed: one line each. A failed
+    check() brings its ✗ lines, which say why (the executed notebooks are not kept)."""
     found = []
     for index, cell in enumerate(nb.cells):
         head = (cell.source.splitlines() or [""])[0][:60]
         for output in cell.get("outputs", []) if cell.cell_type == "code" else []:
             if output.output_type == "error":
                 found.append(f"cell {index} ({head!r}): {output.ename}: {(output.evalue or '').splitlines()[:1]}")
+                if output.ename == "CheckFailed":
+                    printed = "".join(o.get("text", "") for o in cell.outputs if o.output_type == "stream")
+                    found.extend(f"    {line[:1500]}" for line in _crossed(printed))
             elif output.output_type == "stream" and "Traceback (most recent call last)" in output.text:
                 found.append(f"cell {index} ({head!r}): a traceback printed on {output.name}: {output.text[-300:]!r}")
     return found
+
+
+def _crossed(printed: str) -> list[str]:
+    """check()'s ✗ lines in ``printed``, each with the lines under it up to the next ✓/✗ line (a reason
+    may span several: a launch's tail)."""
+    lines, keep = [], False
+    for line in printed.splitlines():
+        if line.startswith(("✓", "✗")):
+            keep = line.startswith("✗")
+        if keep:
+            lines.append(line)
+    return lines
 
 
 def probe(nb) -> dict:
@@ -293,6 +309,11 @@ def test_pasted_answers_fill_every_answer_cell_and_any_error_output_is_a_failure
                             "AttributeError: ['no such API']"]
     filled[0].outputs = [nbformat.v4.new_output("stream", name="stderr", text="Traceback (most recent call last):\n  x")]
     assert "a traceback printed on stderr" in failures(nb)[0]
+    filled[0].outputs = [nbformat.v4.new_output("stream", name="stdout", text="✓ first case\n✗ second case: the script "
+                                                "did not finish (exit 1):\nrank 0: boom\n✓ third case\n"),
+                         nbformat.v4.new_output("error", ename="CheckFailed", evalue="x: 1 of 3 public checks failed",
+                                                traceback=[])]
+    assert failures(nb)[1:] == ["    ✗ second case: the script did not finish (exit 1):", "    rank 0: boom"]
     with pytest.raises(AssertionError, match="answer cells differ"):
         answered(course, SOLUTIONS / "lesson02_cpu_gpu_cuda" / "cpu_gpu_cuda.ipynb")
 
