@@ -107,10 +107,11 @@ def pytest_addoption(parser):
                           "in-process anyway); by default every right one and the first wrong one per exercise")
 
 
-# Modules that run in the xdist group of a notebook (``notebook_param``'s), not in one of their own:
-# tests/test_local_slurm.py holds lesson 10's local Slurm cluster (conftest.local_cluster) for minutes, and
-# lesson 10's notebook needs it too; on two workers one of them would wait, idle, for the other's lock.
-MODULE_GROUPS = {"test_local_slurm": "lesson10_beyond_one_machine"}
+# Modules that run in the xdist group of a notebook (``notebook_param``'s), not in one of their own: every
+# module that holds lesson 10's local Slurm cluster (conftest.local_cluster, one per machine) for minutes,
+# and lesson 10's notebook, which needs it too. Split over two workers, one would wait, idle, for the
+# other's lock (minutes of a core, measured in the CI log's CPU idle); in one group they run one after another.
+MODULE_GROUPS = {name: "lesson10_beyond_one_machine" for name in ("test_local_slurm", "test_requeue", "test_slurm_grading")}
 
 
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own hook, which reads the groups to schedule by them

@@ -1,6 +1,9 @@
 """Every multi-process demo and script exercise ends cleanly: each rank ends torch.distributed while
-Python is still whole (gpucourse.launch.close_process_group), so that no rank aborts at exit
-("terminate called without an active exception", SIGABRT) and fails a launch in a student's notebook.
+Python is still whole (gpucourse.launch.close_process_group), then its process without the interpreter's
+shutdown (gpucourse.launch.exit_rank), so that no rank aborts at exit ("terminate called without an
+active exception", SIGABRT) and fails a launch in a student's notebook. On torch 2.10 (the edition's
+oldest) a rank aborted now and then even with its group destroyed: the stress tier runs the checks'
+harness on that torch too.
 
 A gloo group left to interpreter shutdown aborts its rank only now and then, and more often on a busy
 machine: one clean launch proves little. ``make test-stress`` (marker ``stress``) launches each demo
@@ -47,6 +50,25 @@ def _lightning_driver(folder: Path):
     return done.returncode, done.output
 
 
+def _harness(python: str | None = None):
+    """Lesson 7's ``average_gradients`` check through the checks' rank harness (plain DDP, 2 ranks), with a
+    right answer; on ``python`` (another interpreter, e.g. the edition's oldest torch) instead of this one."""
+    fixture = ROOT / "tests/fixtures/lesson07_ddp_scripts/right/average_gradients__one_flat_buffer.py"
+    target = ["-m", "gpucourse.checks.ddp_harness", "student.py", ".",
+              "gpucourse.checks.lesson07_ddp_scripts:drive_average_gradients"]
+
+    def launch(folder: Path):
+        (folder / "student.py").write_text(fixture.read_text())
+        if python is None:
+            done = torchrun(target, nproc=2, timeout=300, cwd=folder)
+            return done.returncode, done.output
+        done = subprocess.run([python, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", *target],
+                              capture_output=True, text=True, timeout=300, cwd=folder,
+                              env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT / "src")})
+        return done.returncode, done.stdout + done.stderr
+    return launch
+
+
 def _darts_ddp(folder: Path):
     """Lesson 9's script: ``ddp_spawn`` on 2 CPU processes (mp.spawn, not torchrun)."""
     done = subprocess.run([sys.executable, "-m", "gpucourse.darts_ddp", "--devices", "2", "--epochs", "1",
@@ -69,16 +91,18 @@ DEMOS = {
     "resilience-save": lambda folder: _torchrun("-m", "gpucourse.checkpoints", "save", "--ckpt", str(folder / "ckpt"),
                                                 "--width", "16", "--steps", "2", "--more", "1")(folder),
     "harness-lightning": _lightning_driver,
+    "harness-ddp": _harness(),
     "darts_ddp": _darts_ddp,
 }
 
 
-def launch_many(name: str, runs: int) -> list[str]:
-    """Launch demo ``name`` ``runs`` times in a row; one line per launch that failed or aborted."""
+def launch_many(name: str, runs: int, launch=None) -> list[str]:
+    """Launch demo ``name`` (or ``launch``, a function like DEMOS') ``runs`` times in a row; one line per
+    launch that failed or aborted."""
     failures = []
     for run in range(runs):
         with tempfile.TemporaryDirectory(prefix="gpucourse-exit-") as folder:
-            returncode, output = DEMOS[name](Path(folder))
+            returncode, output = (launch or DEMOS[name])(Path(folder))
         aborted = ABORTED.search(output)
         if returncode != 0 or aborted:
             why = f"aborted ({aborted.group(0)!r})" if aborted else f"exit {returncode}"
@@ -160,6 +184,32 @@ def test_each_demo_exits_cleanly_many_times_under_load(name, busy_core):
     assert not failures, f"{len(failures)} of {STRESS_RUNS} launches of {name} failed:\n" + "\n".join(failures)
 
 
+@pytest.mark.stress
+def test_the_checks_harness_exits_cleanly_many_times_under_load_on_the_oldest_torch(busy_core):
+    """The abort that the edition's run met on torch 2.10 (lesson 7's check, now and then): after its
+    report, at interpreter shutdown. The harness ends its ranks with ``exit_rank``; here on that torch,
+    the edition test's runtime (built first if missing: about 3 minutes)."""
+    from test_edition_installed import oldest_runtime
+
+    python = str(oldest_runtime())
+    failures = launch_many("harness-ddp", STRESS_RUNS, _harness(python))
+    assert not failures, f"{len(failures)} of {STRESS_RUNS} launches on {python} failed:\n" + "\n".join(failures)
+
+
+def test_exit_rank_flushes_its_output_keeps_the_code_and_skips_the_shutdown():
+    program = ("import atexit, sys\n"
+               "from gpucourse.launch import exit_rank\n"
+               "atexit.register(lambda: print('shutdown ran'))\n"
+               "print('report written', end='')\n"
+               "sys.stderr.write('to stderr')\n"
+               "exit_rank({code})\n"
+               "print('after exit_rank')\n")
+    for code, status in ((None, 0), (0, 0), (3, 3)):
+        done = subprocess.run([sys.executable, "-c", program.format(code=code)], capture_output=True, text=True,
+                              timeout=120, env={**os.environ, "PYTHONPATH": str(ROOT / "src")})
+        assert (done.returncode, done.stdout, done.stderr) == (status, "report written", "to stderr"), done
+
+
 def test_aborts_are_recognised_in_the_output():
     assert ABORTED.search("terminate called without an active exception")
     assert ABORTED.search("exitcode  : -6 (pid: 4242)\n  error_file: <N/A>\n  traceback : Signal 6 (SIGABRT) received")
@@ -196,9 +246,11 @@ def test_darts_ranks_end_the_group_when_fit_ends_only(tmp_path):
         close_process_group(wait=False)
 
 
-def test_every_rank_entry_point_ends_through_close_process_group():
+def test_every_rank_entry_point_ends_through_close_process_group_and_exit_rank():
     """The modules that start ranks (a ``__main__`` that initialises torch.distributed, or a harness)
-    end them through the one helper, not with a bare destroy_process_group that skips the barrier."""
+    end them through the one helper, not with a bare destroy_process_group that skips the barrier; and
+    their ``__main__`` (the harnesses' too) ends the process through ``exit_rank``."""
+    ended = []
     for path in sorted((ROOT / "src/gpucourse").rglob("*.py")):
         text = path.read_text()
         # the module's own calls (a script it holds as a string, shown in a lesson, is not the module)
@@ -209,3 +261,12 @@ def test_every_rank_entry_point_ends_through_close_process_group():
             continue
         assert "close_process_group" in called, f"{path.relative_to(ROOT)} starts ranks but never calls close_process_group"
         assert "destroy_process_group" not in called, f"{path.relative_to(ROOT)} destroys its group directly"
+        ended.append(path)
+    assert len(ended) >= 6, ended  # the lessons' demos
+    # and every rank's process ends through exit_rank once its work is done (the harnesses after their report)
+    for path in [*ended, ROOT / "src/gpucourse/checks/ddp_harness.py", ROOT / "autograders/worker/rank.py"]:
+        main = [node for node in ast.parse(path.read_text()).body if isinstance(node, ast.If)
+                and ast.unparse(node.test) in ("__name__ == '__main__'", '__name__ == "__main__"')]
+        assert main, f"{path.relative_to(ROOT)}: no __main__ block"
+        last = ast.unparse(main[0].body[-1])
+        assert last.startswith("exit_rank("), f"{path.relative_to(ROOT)}: its __main__ ends with {last!r}, not exit_rank(...)"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import tomllib
+from pathlib import Path
 from importlib.metadata import version
 
 import yaml
@@ -153,3 +154,14 @@ def test_notebook_kernels_use_unix_sockets_not_tcp_ports(tmp_path):
     execute_notebook(nb, tmp_path, timeout=120)
     transport, cwd = cell.outputs[0]["text"].split()
     assert transport == "ipc" and cwd == str(tmp_path), cell.outputs
+
+
+def test_every_module_holding_the_local_cluster_runs_in_lesson_10s_group():
+    """The local Slurm cluster is one per machine (conftest.local_cluster's lock): every test module that holds
+    it runs in lesson 10's xdist group (conftest.MODULE_GROUPS), so no worker waits, idle, for another's lock."""
+    from conftest import MODULE_GROUPS
+
+    holders = {path.stem for path in (ROOT / "tests").glob("test_*.py")
+               if path.name != Path(__file__).name and "with local_cluster(" in path.read_text()}
+    assert holders, "no module holds the cluster: this test looks in the wrong place"
+    assert {name: MODULE_GROUPS.get(name) for name in holders} == dict.fromkeys(holders, "lesson10_beyond_one_machine")

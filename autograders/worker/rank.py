@@ -23,6 +23,7 @@ import sys
 from pathlib import Path
 
 from gpucourse.checks import ddp_harness
+from gpucourse.launch import exit_rank
 from gpucourse.launch import torchrun as start_torchrun
 
 from . import audit
@@ -115,3 +116,4 @@ def torchrun(target: list[str], nproc: int, timeout: float, cwd: str, source: st
 
 if __name__ == "__main__":
     main(*sys.argv[1:4])
+    exit_rank()  # its report written: skips the interpreter's shutdown, where a rank can abort (launch.exit_rank)

@@ -29,14 +29,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 import time
 from pathlib import Path
 
 import torch
 from torch import nn
 
-from gpucourse.launch import close_process_group, run_demo
+from gpucourse.launch import close_process_group, exit_rank, run_demo
 # the Stateful objects a checkpoint holds besides model and optimizer (section 6), in a module of their own
 from gpucourse.resumable_state import DATASET_ROWS, LOADER_BATCH, AppState, RankRNG, ResumableSampler  # noqa: F401
 from gpucourse.sharded_data_parallel import IN_FEATURES, OUT_FEATURES, lesson_model
@@ -537,4 +536,4 @@ def plot_save_times(rows: list[dict], hardware: str, world_size: int):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_rank(main())  # skips the interpreter's shutdown, where a rank can abort (launch.exit_rank)

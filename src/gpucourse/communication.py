@@ -25,13 +25,12 @@ import json
 import math
 import os
 import statistics
-import sys
 import time
 from pathlib import Path
 
 import torch
 
-from gpucourse.launch import backend_of, close_process_group, init_process_group, run_demo
+from gpucourse.launch import backend_of, close_process_group, exit_rank, init_process_group, run_demo
 
 COLLECTIVES = ("all_reduce", "reduce_scatter", "all_gather")
 # nccl-tests' correction from algorithm bandwidth (S / t) to bus bandwidth, per collective, for n ranks
@@ -367,4 +366,4 @@ def run(demo: str, nproc: int, timeout: float = 600, device: str = "cpu", **opti
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_rank(main())  # skips the interpreter's shutdown, where a rank can abort (launch.exit_rank)

@@ -29,7 +29,7 @@ import torch
 from torch import nn
 
 from gpucourse.launch import Launch, torchrun  # noqa: F401 (lesson 7 calls them from here: D.torchrun)
-from gpucourse.launch import close_process_group, collective_timeout, gpu_per_rank, init_process_group
+from gpucourse.launch import close_process_group, collective_timeout, exit_rank, gpu_per_rank, init_process_group
 from gpucourse.launch import read_rank_reports as _rank_reports
 
 FEATURES = 4
@@ -185,7 +185,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_rank(main())  # skips the interpreter's shutdown, where a rank can abort (launch.exit_rank)
 
 
 # --- How the all-reduce works: ring all-reduce, and DDP's buckets overlapping backward ---------------

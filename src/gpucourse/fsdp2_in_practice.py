@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -35,7 +34,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from gpucourse.launch import backend_of, close_process_group, init_process_group, run_demo  # noqa: F401
+from gpucourse.launch import backend_of, close_process_group, exit_rank, init_process_group, run_demo  # noqa: F401
 
 ROWS = 8  # rows of each rank's batch
 
@@ -446,4 +445,4 @@ def run(demo: str, nproc: int, timeout: float = 300, **options) -> list[dict]:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_rank(main())  # skips the interpreter's shutdown, where a rank can abort (launch.exit_rank)

@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 import time
 from pathlib import Path
 
@@ -33,7 +32,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from gpucourse.launch import backend_of, close_process_group, init_process_group, run_demo
+from gpucourse.launch import backend_of, close_process_group, exit_rank, init_process_group, run_demo
 
 # --- the transformer block -------------------------------------------------------------------------------
 
@@ -432,4 +431,4 @@ def run(demo: str, nproc: int, timeout: float = 300, **options) -> list[dict]:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_rank(main())  # skips the interpreter's shutdown, where a rank can abort (launch.exit_rank)

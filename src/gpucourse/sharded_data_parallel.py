@@ -25,7 +25,6 @@ import argparse
 import json
 import math
 import os
-import sys
 import time
 from pathlib import Path
 
@@ -33,7 +32,7 @@ import torch
 from torch import nn
 
 from gpucourse.launch import Launch, read_rank_reports, torchrun  # noqa: F401 (the lesson calls them from here)
-from gpucourse.launch import backend_of, close_process_group, init_process_group, run_demo
+from gpucourse.launch import backend_of, close_process_group, exit_rank, init_process_group, run_demo
 
 IN_FEATURES, OUT_FEATURES = 32, 10
 
@@ -403,4 +402,4 @@ def run(demo: str, nproc: int, timeout: float = 300, **options) -> list[dict]:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_rank(main())  # skips the interpreter's shutdown, where a rank can abort (launch.exit_rank)

@@ -7,7 +7,8 @@ namespace the student's source ran in (and ``OUT/inputs.json``, when the check w
 argument) and returns this rank's record (plain data), written to ``OUT/rank<RANK>.json``. Drivers
 that use torch.distributed directly start the process group with ``init_process_group()`` (the
 lessons' own, from gpucourse.launch); Lightning drivers let the Trainer start it. Either way this
-module ends it after the driver (``close_process_group``), so that every rank exits cleanly.
+module ends it after the driver (``close_process_group``), and the rank's process after its report
+(``exit_rank``), so that every rank exits cleanly.
 
 ``main`` is three steps (``load_driver``, ``run_source``, ``drive``) and a write. The grader's own
 rank entry point composes the same steps with its protection around
@@ -23,7 +24,7 @@ import sys
 from pathlib import Path
 
 # drivers import these from here: a collective waits collective_timeout(), then fails every rank
-from gpucourse.launch import close_process_group, gpu_per_rank, init_process_group  # noqa: F401
+from gpucourse.launch import close_process_group, exit_rank, gpu_per_rank, init_process_group  # noqa: F401
 
 
 def load_driver(driver: str, out: str):
@@ -58,3 +59,4 @@ def main(student: str, out: str, driver: str) -> None:
 
 if __name__ == "__main__":
     main(*sys.argv[1:4])
+    exit_rank()  # its report written: skips the interpreter's shutdown, where a rank can abort (launch.exit_rank)
