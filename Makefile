@@ -70,9 +70,12 @@ nbgrader: install
 # GPUCOURSE_SMOKE=1 shrinks epochs and data in every notebook (the text stays the same);
 # GPUCOURSE_OFFLINE=1 writes a small CIFAR-10 instead of downloading it.
 # Benchmarks are not tests: their code is checked end to end by `make bench` (the tests marked bench).
-# Both tiers run on every core (pytest-xdist); tests that share a module's fixture, or one notebook's run,
-# stay on one worker (tests/conftest.py). XDIST= runs them in one process, as when debugging one test.
-XDIST ?= -n auto --dist loadgroup
+# Both tiers run on every core (pytest-xdist), with one worker more than there are cores: a worker waiting on a
+# launch, a lock or the cluster leaves its core to the others (on 2 cores, the suite's CPU idle was 19-23% with
+# 2 workers and 9% with 3, and the suite took 1913 s instead of 2060 s). Tests that share a module's fixture, or
+# one notebook's run, stay on one worker (tests/conftest.py). XDIST= runs them in one process, as when debugging.
+WORKERS ?= $(shell $(PYTHON) -c 'import os; print(len(os.sched_getaffinity(0)) + 1)')
+XDIST ?= -n $(WORKERS) --dist loadgroup
 # The slowest tests are listed at the end of every run (where the time goes, for keeping the tiers in budget).
 DURATIONS ?= --durations=40 --durations-min=5
 # `make test` is the whole gate, what CI runs: the suite (test-suite), then the student edition as a

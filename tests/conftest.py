@@ -9,7 +9,7 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
-# Each pytest-xdist worker stands for one core (`-n auto`: as many workers as cores), so it and every process
+# Each pytest-xdist worker stands for about one core (the Makefile starts one more than cores), so it and every process
 # it starts (notebook kernels, scripts) get one torch thread, set before torch is imported anywhere. With
 # torch's default of one thread per core, N workers run N x N OpenMP threads on N cores and a small operator
 # waits for a descheduled thread: on this 2-core machine, with the other core busy, F.gelu on a 12x96 tensor
@@ -72,7 +72,7 @@ FAST_NOTEBOOK = "lesson03_tensor_cores"
 def notebook_param(path: Path, *values):
     """A pytest.param for a test about notebook ``path``: marked slow unless it is ``FAST_NOTEBOOK``.
 
-    Under pytest-xdist (``make test`` runs ``-n auto --dist loadgroup``) every test about one notebook goes
+    Under pytest-xdist (``make test`` runs ``--dist loadgroup``) every test about one notebook goes
     to the same worker, which then executes that notebook once (``executed_solution``).
     """
     import pytest

@@ -365,6 +365,10 @@ report = {{"rank": rank, "local_rank": int(os.environ["LOCAL_RANK"]), "world_siz
 # each rank its own file, in the folder named on the command line: no rank's line can mix with another's
 (Path(sys.argv[1]) / f"rank{{rank}}.json").write_text(json.dumps(report))
 dist.destroy_process_group()
+# Done: end without the interpreter's shutdown, where a finished rank can still abort on some torch versions
+# (2.10: "terminate called without an active exception", SIGABRT) and fail the whole launch.
+sys.stdout.flush()
+os._exit(0)
 """
 
 
@@ -410,6 +414,7 @@ print(f"node {os.environ.get('SLURMD_NODENAME', socket.gethostname())}: RANK {ra
       f"LOCAL_RANK {os.environ['LOCAL_RANK']}, GROUP_RANK {os.environ.get('GROUP_RANK')}, "
       f"MASTER_ADDR {os.environ['MASTER_ADDR']}; all-reduced sum of ranks {total.item():.0f}", flush=True)
 dist.destroy_process_group()
+os._exit(0)  # done: skip the interpreter's shutdown, where a finished rank can abort on some torch versions
 """
 
 # A job array: one script, several tasks, each with its own SLURM_ARRAY_TASK_ID (here: one seed each).

@@ -5,26 +5,6 @@
 # gpucourse.cpu_gpu_cuda.AsyncDevice (whose first `cold_launches` launches are slower, as a GPU's are) and
 # reports the answer's seconds and the number of launches; the judges compute the median here.
 
-ATTEMPTS = 3  # measurements of one drawn run, at most (a busy machine's delays; see fastest)
-
-
-def fastest(measure_once, expected):
-    """``measure_once()`` (a dict with the answer's ``seconds``) measured again while it took more than 1.2x
-    ``expected`` (the time the drawn work takes), up to ATTEMPTS times: the fastest attempt. Load only
-    lengthens the device's sleeps and the answer's wake-ups, so an honest time pushed out of bounds by a
-    busy machine (one timed call of 24 ms measured as 44 ms, beside other work on 2 cores) comes back down;
-    an answer that times the wrong thing stays wrong: too long every time (warm-up or queued work timed,
-    a sum not divided, a mean), or too short (no synchronize), which load never produces."""
-    best = None
-    for _ in range(ATTEMPTS):
-        got = measure_once()
-        if best is None or got["seconds"] < best["seconds"]:
-            best = got
-        if got["seconds"] <= 1.2 * expected:
-            break
-    return best
-
-
 def draw_measure_median(odd):
     def draw(rng):
         """Per-call times in an order drawn here: a few short, the median, as many long ones (so that a
@@ -48,6 +28,7 @@ def draw_measure_median(odd):
 def observe_measure_plan(ns, drawn):
     from gpucourse.checks import answer
     from gpucourse.cpu_gpu_cuda import AsyncDevice
+    from gpucourse.timing import fastest_attempt  # a time that load pushed out is measured again
 
     def once():
         device = AsyncDevice(cold_launches=0)  # the warm-up cases check warm-up
@@ -56,7 +37,7 @@ def observe_measure_plan(ns, drawn):
                                         device.synchronize, warmup=drawn["warmup"], repeats=len(drawn["plan"]))
         return {"seconds": float(seconds), "launches": device.launches}
 
-    return fastest(once, sorted(drawn["plan"])[len(drawn["plan"]) // 2])
+    return fastest_attempt(once, sorted(drawn["plan"])[len(drawn["plan"]) // 2])
 
 
 def reference_median_bounds(plan):
@@ -88,6 +69,7 @@ def draw_measure_warmup(rng):
 def observe_measure_warmup(ns, runs):
     from gpucourse.checks import answer
     from gpucourse.cpu_gpu_cuda import AsyncDevice
+    from gpucourse.timing import fastest_attempt  # a time that load pushed out is measured again
 
     def once(run):
         device = AsyncDevice(cold_launches=run["warmup"], cold_seconds=0.06)
@@ -95,7 +77,7 @@ def observe_measure_warmup(ns, runs):
                                         run["warmup"], run["repeats"])  # positional
         return {"seconds": float(seconds), "launches": device.launches}
 
-    return [fastest(lambda: once(run), run["work"]) for run in runs]
+    return [fastest_attempt(lambda: once(run), run["work"]) for run in runs]
 
 
 def _judge_runs(found, runs):
@@ -127,6 +109,7 @@ def draw_measure_one_repeat(rng):
 def observe_measure_one_repeat(ns, runs):
     from gpucourse.checks import answer
     from gpucourse.cpu_gpu_cuda import AsyncDevice
+    from gpucourse.timing import fastest_attempt  # a time that load pushed out is measured again
 
     def once(run):
         device = AsyncDevice(cold_launches=run["warmup"], cold_seconds=0.08)
@@ -134,7 +117,7 @@ def observe_measure_one_repeat(ns, runs):
                                         warmup=run["warmup"], repeats=run["repeats"])
         return {"seconds": float(seconds), "launches": device.launches}
 
-    return [fastest(lambda: once(run), run["work"]) for run in runs]
+    return [fastest_attempt(lambda: once(run), run["work"]) for run in runs]
 
 
 def judge_measure_one_repeat(found, runs):
@@ -151,6 +134,7 @@ def draw_measure_defaults(rng):
 def observe_measure_defaults(ns, runs):
     from gpucourse.checks import answer
     from gpucourse.cpu_gpu_cuda import AsyncDevice
+    from gpucourse.timing import fastest_attempt  # a time that load pushed out is measured again
 
     def once(run):
         given = {k: run[k] for k in ("warmup", "repeats") if run[k] is not None}
@@ -159,7 +143,7 @@ def observe_measure_defaults(ns, runs):
         return {"type": f"{type(seconds).__module__}.{type(seconds).__qualname__}",
                 "is_float": isinstance(seconds, float), "seconds": float(seconds), "launches": device.launches}
 
-    return [fastest(lambda: once(run), run["work"]) for run in runs]
+    return [fastest_attempt(lambda: once(run), run["work"]) for run in runs]
 
 
 def judge_measure_defaults(found, runs):
