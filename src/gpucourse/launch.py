@@ -273,7 +273,6 @@ def close_process_group(wait: bool = True) -> None:
     dist.destroy_process_group()
 
 
-
 def exit_rank(code: int | None = 0) -> None:
     """End this rank's process now, its work done: output flushed, then ``os._exit``, skipping the
     interpreter's shutdown. Every rank entry point (``python -m`` a demo, the checks' harness) ends here.
