@@ -159,11 +159,36 @@ def test_strings_for_line_numbers_are_not_yet(capsys):
 def test_exactly_one_letter_is_correct_in_any_spelling(question, capsys):
     verdicts = {}
     for letter in "abcd":
-        spellings = [letter, letter.upper(), f"({letter.upper()})", f" {letter}) ", f"'{letter}'"]
+        spellings = [letter, letter.upper(), f"({letter.upper()})", f" {letter}) ", f"'{letter}'",
+                     f"\u201c{letter}\u201d", f"<{letter.upper()}>", f"{letter}\r\n", f"{letter}\u00a0", f"\u00ab{letter}\u00bb"]
         seen = {_checked(question, {question: s}, capsys)[-1] for s in spellings}
         assert len(seen) == 1, f"{question}: spellings of {letter!r} disagree: {seen}"
         verdicts[letter] = seen.pop()
     assert sorted(verdicts.values()) == sorted([self_check.CORRECT] + 3 * [self_check.NOT_YET]), verdicts
+
+
+SPACES_BRACKETS_QUOTES = " \t\r\n\u00a0\u3000()[]{}<>'\"\u2018\u2019\u201c\u201d\u00ab\u00bb\uff08\uff09\u300c\u300d"
+NOT_AROUND = ".:*`-_,;!?/|=+~#"
+
+
+def test_a_letter_reads_as_itself_with_any_spaces_brackets_or_quotes_around_and_nothing_else():
+    """The intro's rule, as public and hidden checks both read it (``letter_of``): any Unicode space, bracket or
+    quotation mark around the letter, in any number and order, leaves the letter; one other character beside it
+    (a full stop, a colon, an asterisk, a backtick...), or a second letter, makes it no letter. 2,000 drawn forms."""
+    import random
+
+    from gpucourse.checks.quiz_gpu_data_parallel import letter_of
+
+    rng = random.Random(0)
+    for _ in range(2000):
+        letter = rng.choice("abcdABCD")
+        before, after = ("".join(rng.choices(SPACES_BRACKETS_QUOTES, k=rng.randint(0, 5))) for _ in range(2))
+        other = rng.choice(NOT_AROUND)
+        assert letter_of(before + letter + after) == letter.lower(), repr(before + letter + after)
+        spoiled = before + rng.choice([other + letter, letter + other]) + after
+        assert letter_of(spoiled) is None, repr(spoiled)
+        assert letter_of(before + letter + rng.choice("abcdefx") + after) is None
+        assert letter_of(before + after) is None
 
 
 def test_the_environment_switch_turns_it_off_and_on(monkeypatch, capsys):

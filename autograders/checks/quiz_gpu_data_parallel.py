@@ -4,7 +4,8 @@ What each question states, and the case that tests it:
  1. its answer is a str                                          -> "qN is one of a-d" (public), "qN: the answer"
  2. one letter a-d; upper or lower case, and spaces, brackets or
     quotes around the letter, do not matter (the notebook's intro:
-    "C" and "(c)" are c too); nothing else: no other character
+    "C" and "(c)" are c too; any Unicode space, bracket or quotation
+    mark: "\\r", "<c>", a curly quote); nothing else: no other character
     beside it (a full stop, a colon, asterisks, backticks)         -> "qN: the answer" (the public check reads
                                                                        the form the same way)
  3. the right letter                                             -> "qN: the answer"
@@ -14,7 +15,7 @@ holds); the judge here reads it by the intro's rule alone.
 """
 
 from gpucourse.checks import Case
-from gpucourse.checks.quiz_gpu_data_parallel import QUESTIONS
+from gpucourse.checks.quiz_gpu_data_parallel import QUESTIONS, letter_of  # the intro's rule, read alike on both sides
 
 
 KEY = {
@@ -61,16 +62,6 @@ def observe_written(ns):
             problem = answer_problem(ns, name)
             found[name] = {"problem": problem} if problem else {"text": str.__str__(ns[name])}
     return found
-
-
-AROUND = " \t\n()[]{}'\""  # spaces, brackets and quotes: what the intro lets stand around the letter
-
-
-def letter_of(text):
-    """The letter ``text`` gives by the intro's rule, or None: spaces, brackets or quotes around one letter
-    a-d, in either case ("(c)", "c)", "'C'"); nothing else may stand beside it ("c.", "*c*", "`c`")."""
-    text = text.strip(AROUND)
-    return text.lower() if len(text) == 1 and text.lower() in "abcd" else None
 
 
 def _judge(question):
