@@ -14,12 +14,14 @@ from gpucourse.checks.lesson11_profiling import NAME_SETS, judge_diagnoses, synt
 # What the exercise's text states, and the hidden case that checks it:
 #  1. a phase's time: the "dur" of every CPU range of that name (cat "user_annotation", "ph" "X"),
 #     summed over every step of the trace ................................. "steps of different lengths ..."
+#     events of another cat named like a phase (python_function, cpu_op) are no ranges .. "exactly `share` ..."
 #  2. names match exactly (other ranges may contain a phase's name) ....... "lookalike labels"
 #  3. GPU ranges of the same names (cat "gpu_user_annotation") do not count "a GPU trace ..."
 #  4. 'stall': the phase taking more than `share` of the phases' total; None when none does:
 #     any phase, any names, phases passed in any order ..................... "other names ...", "no stall at all"
 #     "more than": a phase at exactly `share` of the total is no stall, two phases at half each neither;
 #     a total of 0 (phases that never ran) has no stall ....................... "exactly `share` ..."
+#     just either side of `share` (within 0.005: not rounded) ................ "exactly `share` ..."
 #     the total is the sum of the phases' times, not the steps' (ProfilerStep#) time, which also
 #     holds time in no phase, nor that of ranges not in `phases` ........... "exactly `share` ..."
 #  5. `share` other than 0.5, by name or as the third argument ............. "another share"
@@ -27,7 +29,10 @@ from gpucourse.checks.lesson11_profiling import NAME_SETS, judge_diagnoses, synt
 #     the phase, ends included), each once, any order; aten::_local_scalar_dense alone counts;
 #     cudaStreamSynchronize / cudaDeviceSynchronize count ................ "a GPU trace ...", "other names ..."
 #     both ends included: a sync op starting exactly at a range's ts or ts + dur, a range of no
-#     duration ........................................................... "at the very start or end ..."
+#     duration ........................................................... "where a sync op starts ..."
+#     where it starts only (not a next phase it runs on into), on any thread, in any step's range
+#     (not only the last), an instant event ("ph" "i") of the name is none .. "where a sync op starts ..."
+#     only the four names (cudaEventSynchronize, cudaStreamWaitEvent are none) .. "a GPU trace ..."
 #  7. a sync op in no phase (between steps, in a range not in `phases`) is in no phase .. "a read between steps"
 #  8. events in any order; events other than "X" (metadata, flows, instants) carry no "dur" .. "shuffled events"
 #  9. the events are left unchanged ......................................... every case
@@ -83,7 +88,8 @@ def _positional(rng, specs):
 def draw_edges(rng):
     """Boundaries, with durations exact in binary floating point: a phase at exactly `share` (0.5, 0.75) of the
     phases' total, two phases at half each, time in no phase inside the steps, phases that never ran (a total of
-    0), ranges not in `phases` that would change the total."""
+    0), ranges not in `phases` that would change the total; a phase within 0.005 of `share` on either side;
+    events of another category named like a phase."""
     specs = [
         {"label": "a phase at exactly share=0.5",
          "phases": ["load", "fwd", "bwd", "step"], "order": ["load", "fwd", "bwd", "step"], "steps": 3, "seed": _seed(rng),
@@ -115,13 +121,36 @@ def draw_edges(rng):
         {"label": "a label that is not a phase takes most of the step: not in the total",
          "phases": ["forward", "backward"], "order": ["data", "forward", "backward"], "steps": 2, "seed": _seed(rng),
          "us": {"data": 5000.0, "forward": 300.0, "backward": 500.0}},
+        # just either side of `share` (within 0.005 of it): "more than" is not "more than, once rounded"
+        {"label": "a phase just above share=0.5",
+         "phases": ["load", "fwd", "bwd"], "order": ["load", "fwd", "bwd"], "steps": rng.randint(1, 3), "seed": _seed(rng),
+         "us": {"load": 504.0, "fwd": 300.0, "bwd": 196.0}},
+        {"label": "a phase just below share=0.5",
+         "phases": ["load", "fwd", "bwd"], "order": ["load", "fwd", "bwd"], "steps": rng.randint(1, 3), "seed": _seed(rng),
+         "us": {"load": 496.0, "fwd": 304.0, "bwd": 200.0}},
+        {"label": "a phase just above share=0.75",
+         "phases": ["fetch", "model", "opt"], "order": ["fetch", "model", "opt"], "steps": 2, "seed": _seed(rng),
+         "share": 0.75, "us": {"fetch": 150.0, "model": 754.0, "opt": 96.0}},
+        {"label": "a phase just below share=0.75",
+         "phases": ["fetch", "model", "opt"], "order": ["fetch", "model", "opt"], "steps": 2, "seed": _seed(rng),
+         "share": 0.75, "us": {"fetch": 150.0, "model": 746.0, "opt": 104.0}},
+        # events of another category named like a phase (a Python function, an op) are not its ranges
+        {"label": "a Python function named like a phase: not one of its ranges",
+         "phases": ["data", "forward"], "order": ["data", "forward"], "steps": 2, "seed": _seed(rng),
+         "extra": [{"in": "forward", "name": "forward", "cat": "python_function", "at": 0.05, "dur": 360.0}],
+         "us": {"data": 600.0, "forward": 400.0}},
+        {"label": "an op named like a phase: not one of its ranges",
+         "phases": ["data", "forward", "backward"], "order": ["data", "forward", "backward"], "steps": 2,
+         "seed": _seed(rng), "extra": [{"in": "forward", "name": "forward", "cat": "cpu_op", "at": 0.01, "dur": 340.0}],
+         "us": {"data": 400.0, "forward": 350.0, "backward": 250.0}},
     ]
     return _positional(rng, specs)
 
 
 def draw_sync_edges(rng):
     """Sync ops starting exactly at a range's ts or ts + dur (both ends are in), in a range of no duration, at the
-    end of the last phase of a step; a sync in a label that is not a phase."""
+    end of the last phase of a step; a sync in a label that is not a phase; an instant event of a sync op's name; a
+    sync op running on past its phase's end into the next; one on another thread; one in a single step."""
     specs = [
         {"label": "sync ops at a range's first and last microsecond",
          "phases": ["batch", "model", "grads", "update"], "order": ["batch", "model", "grads", "update"], "steps": 2,
@@ -136,6 +165,27 @@ def draw_sync_edges(rng):
         {"label": "a sync op in a label that is not a phase",
          "phases": ["data", "step"], "order": ["data", "log", "step"], "steps": 2, "seed": _seed(rng),
          "syncs": {"log": rng.choice(["item", "dense"])}, "us": {"data": 250.0, "log": 40.0, "step": 350.0}},
+        # an instant event ("ph" "i") named like a sync op is no complete event: it is ignored
+        {"label": "an event other than a complete one named aten::item",
+         "phases": ["data", "model", "opt"], "order": ["data", "model", "opt"], "steps": 2, "seed": _seed(rng),
+         "extra": [{"in": "model", "name": "aten::item", "ph": "i", "cat": "cpu_instant_event"}],
+         "us": {"data": 250.0, "model": 400.0, "opt": 300.0}},
+        # a sync op is in the phase where it starts, not in the next one it runs on into
+        {"label": "a sync op that starts in one phase and runs on into the next",
+         "phases": ["data", "model", "opt"], "order": ["data", "model", "opt"], "steps": 2, "seed": _seed(rng),
+         "extra": [{"in": "data", "name": rng.choice(["aten::item", "cudaStreamSynchronize"]), "at": 0.95, "dur": 150.0}],
+         "us": {"data": 200.0, "model": 300.0, "opt": 200.0}},
+        # "whose ts lies within a range": whatever thread it runs on
+        {"label": "a sync op on another thread during a phase",
+         "phases": ["data", "model", "opt"], "order": ["data", "model", "opt"], "steps": 2, "seed": _seed(rng),
+         "extra": [{"in": "model", "name": rng.choice(["cudaStreamSynchronize", "aten::item"]), "thread": 1,
+                    "cat": "cuda_runtime"}],
+         "us": {"data": 250.0, "model": 400.0, "opt": 300.0}},
+        # any range of the phase, in any step: a .item() every few steps
+        {"label": "a sync op in one step only, not the last",
+         "phases": ["data", "model", "opt"], "order": ["data", "model", "opt"], "steps": 3, "seed": _seed(rng),
+         "extra": [{"in": "opt", "name": "aten::item", "step": rng.randrange(2)}],
+         "us": {"data": 250.0, "model": 400.0, "opt": 300.0}},
     ]
     return specs
 
@@ -153,7 +203,13 @@ def draw_gpu(rng):
     first = {"label": "GPU ranges that would move the stall", "phases": ["c", "a", "b"], "order": ["a", "b", "c"],
              "steps": 2, "seed": _seed(rng), "gpu": True, "syncs": {rng.choice(["a", "b"]): rng.choice(["stream", "device"])},
              "us": {"a": 600.0, "b": 100.0, "c": 100.0}}
-    return [first] + trace_specs(_seed(rng), 6, gpu=True, syncs="some")
+    # CUDA calls other than the four sync ops' names do not count (cudaEventSynchronize, cudaStreamWaitEvent)
+    others = {"label": "CUDA calls that are not one of the four sync ops", "phases": ["a", "b", "c"],
+              "order": ["a", "b", "c"], "steps": 2, "seed": _seed(rng), "gpu": True, "syncs": {"a": "device"},
+              "extra": [{"in": "b", "name": "cudaEventSynchronize", "cat": "cuda_runtime"},
+                        {"in": "c", "name": "cudaStreamWaitEvent", "cat": "cuda_runtime"}],
+              "us": {"a": 300.0, "b": 250.0, "c": 200.0}}
+    return [first, others] + trace_specs(_seed(rng), 6, gpu=True, syncs="some")
 
 
 def draw_share(rng):
@@ -185,7 +241,8 @@ def judge_real(results, plan):
 
 CASES = [
     ("exactly `share` is not more than `share`; time in no phase is not a phase's", draw_edges, "boundaries"),
-    ("sync ops at the very start or end of a range (both ends included)", draw_sync_edges, "sync ops at a range's ends"),
+    ("where a sync op starts (within a range of the phase, both ends included)", draw_sync_edges,
+     "sync ops at a range's ends"),
     ("other names, phases passed in another order, the slow phase anywhere", _drawn(8), "other names"),
     ("no stall at all, no sync", _drawn(4, stall="no", syncs="none"), "no stall at all"),
     ("a stall and syncs in the same trace", _drawn(4, stall="yes", syncs="some"), "both problems"),
@@ -206,7 +263,7 @@ CLAUSES = {"diagnose": {
     "events in no particular order; only complete events (ph X) have a dur, the others are ignored": [_D[1], _D[10]],
     "phases in any order, with any names (not necessarily those used in the lesson)": [_D[2], _D[4]],
     "a phase's time: the sum of dur over every CPU range of exactly that name (ph X, cat user_annotation), "
-    "over all steps": [PUBLIC, _D[5], _D[2]],
+    "over all steps": [PUBLIC, _D[5], _D[2], _D[0]],
     "ranges whose name merely contains a phase's name are other ranges": [_D[8]],
     "gpu_user_annotation ranges of the same names do not count": [_D[7]],
     "stall: the phase whose time is more than share of the sum of the phases' times (not the steps' time)":
@@ -214,7 +271,7 @@ CLAUSES = {"diagnose": {
     "more than: exactly share is no stall; None when no phase is": [_D[0], _D[3]],
     "share other than 0.5 (0.5 <= share < 1), passed by name or position": [PUBLIC, _D[6]],
     "syncs: phases in which an op named aten::item, aten::_local_scalar_dense, cudaStreamSynchronize or "
-    "cudaDeviceSynchronize starts": [PUBLIC, _D[4], _D[7]],
+    "cudaDeviceSynchronize starts": [PUBLIC, _D[4], _D[7], _D[1]],
     "within a range of that phase, from ts to ts + dur, both ends included": [_D[1]],
     "each phase at most once, in any order": [_D[4], _D[2]],
     "a sync op outside every phase's ranges belongs to no phase": [_D[9], _D[1]],

@@ -28,7 +28,10 @@ def synthetic_trace(spec: dict) -> list[dict]:
     two steps, in no label), ``gpu`` (GPU ranges of the same names and kernels, as a CUDA run has),
     ``decoys`` (CPU ranges whose names contain a label's name), ``shuffle`` (events in random order),
     ``seed``, ``idle`` (µs per step spent in no phase, inside the step's ``ProfilerStep#`` range),
-    ``sync_at`` (label -> "start" or "end": an ``aten::item`` exactly at that end of the label's ranges).
+    ``sync_at`` (label -> "start" or "end": an ``aten::item`` exactly at that end of the label's ranges),
+    ``extra`` (further events inside a label's ranges, a list of dicts: ``in`` (the label), ``name``; optional
+    ``cat`` ("cpu_op"), ``ph`` ("X"; "i" an instant event, which has no ``dur``), ``at`` (where it starts, as a
+    fraction of the range: 0.5), ``dur`` (µs: 1.0), ``thread`` (added to the tid: 0), ``step`` (in that step only)).
     ``phases`` (what ``diagnose`` is given: may name labels that never run, and leave out labels that do),
     ``share`` and ``positional`` (share passed as the third argument, not by name) say how it is called.
     """
@@ -73,6 +76,16 @@ def synthetic_trace(spec: dict) -> list[dict]:
             edge = spec.get("sync_at", {}).get(label)
             if edge is not None:  # a sync op starting exactly at an end of the range: both ends are inside it
                 op("aten::item", start if edge == "start" else start + dur, 1.0)
+            for more in spec.get("extra", ()):
+                if more["in"] == label and more.get("step", step) == step:
+                    event = {"ph": more.get("ph", "X"), "cat": more.get("cat", "cpu_op"), "name": more["name"], "pid": pid,
+                             "tid": tid + more.get("thread", 0), "ts": start + more.get("at", 0.5) * dur,
+                             "args": {"External id": len(events)}}
+                    if event["ph"] == "X":
+                        event["dur"] = float(more.get("dur", 1.0))
+                    elif event["ph"] == "i":
+                        event["s"] = "t"
+                    events.append(event)
             kind = syncs.get(label)
             middle = start + 0.6 * dur
             if kind == "item":
@@ -156,12 +169,13 @@ def describe_diagnosis(got, untouched=True) -> dict:
         return out
     out["keys"] = sorted(str(k) for k in got)
     stall = got.get("stall")
-    out["stall"] = stall if stall is None or type(stall) is str else f"<{type(stall).__name__}>"
+    # a str subclass (numpy.str_, ...) is read as the text it holds (str.__str__: not an override); any other type by its name
+    out["stall"] = stall if stall is None else str.__str__(stall) if isinstance(stall, str) else f"<{type(stall).__name__}>"
     syncs = got.get("syncs")
     if isinstance(syncs, (list, tuple, set, frozenset)):
         items = list(syncs)
         out["syncs_type"] = type(syncs).__name__
-        out["syncs"] = sorted(s if type(s) is str else f"<{type(s).__name__}>" for s in items)
+        out["syncs"] = sorted(str.__str__(s) if isinstance(s, str) else f"<{type(s).__name__}>" for s in items)
         out["syncs_repeated"] = len(set(map(str, items))) != len(items)
     else:
         out["syncs_type"] = type(syncs).__name__
