@@ -31,9 +31,11 @@ def _activation(rng, name=None):
     return [name, settings[name]() if name in settings else {}]
 
 
-def _spec(rng, widths, multiple=None, between=None, bias=None, dtype="float64", scale=1.0):
+def _spec(rng, widths, multiple=None, between=None, bias=None, dtype="float64", scale=1.0, by_position=False):
+    """``multiple``: None leaves it out (the default); ``by_position``: pad_mlp(model, multiple), else by keyword."""
     pairs = len(widths) - 2
-    return {"widths": widths, "multiple": multiple, "dtype": dtype, "seed": rng.randrange(2 ** 31), "batch": rng.randint(3, 12),
+    return {"widths": widths, "multiple": multiple, "by_position": by_position and multiple is not None, "dtype": dtype,
+            "seed": rng.randrange(2 ** 31), "batch": rng.randint(3, 12),
             "scale": scale, "bias": bias if bias is not None else [True for _ in widths[1:]],  # biasless: its own case
             "between": between if between is not None else [[_activation(rng)] for _ in range(max(pairs, 0))]}
 
@@ -71,8 +73,11 @@ def observe_padded(ns, specs):
             model, x = build_mlp(spec)
             layers = list(model)
             before = {k: v.clone() for k, v in model.state_dict().items()}
-            kwargs = {} if spec["multiple"] is None else {"multiple": spec["multiple"]}
-            padded = answer(ns, "pad_mlp")(model, **kwargs)
+            if spec.get("by_position"):
+                padded = answer(ns, "pad_mlp")(model, spec["multiple"])
+            else:
+                kwargs = {} if spec["multiple"] is None else {"multiple": spec["multiple"]}
+                padded = answer(ns, "pad_mlp")(model, **kwargs)
             entry = {"type": f"{type(padded).__module__}.{type(padded).__qualname__}", "same_object": padded is model,
                      "layers_kept": list(model) == layers,
                      "values_kept": model.state_dict().keys() == before.keys()
@@ -117,7 +122,8 @@ def _count(found, specs):
 def _judge_widths(found, specs):
     for spec, got in zip(specs, found):
         widths, m = spec["widths"], spec["multiple"] or 8
-        called = "the default multiple" if spec["multiple"] is None else f"multiple={m}"
+        called = "the default multiple" if spec["multiple"] is None else \
+            f"pad_mlp(model, {m})" if spec.get("by_position") else f"multiple={m}"
         want = reference_padded_widths(widths, spec["multiple"])
         chain = [got["linears"][0][0]] + [out for _, out in got["linears"]] if got["linears"] else []
         if len(got["linears"]) != len(widths) - 1:
@@ -149,9 +155,12 @@ def _judge_function(found, specs):
 
 
 def draw_pad_widths(rng):
-    """The default multiple, multiple=16, 1 (nothing to pad), 3 and 5 (not powers of two), drawn ones up
-    to 64; a single Linear layer (no hidden width), a hidden width of 1, widths already aligned."""
+    """The default multiple, multiple=16 (by keyword, then by position), 1 (nothing to pad), 3 and 5 (not
+    powers of two), drawn ones up to 64 (by keyword or position); a single Linear layer (no hidden width), a
+    hidden width of 1, widths already aligned."""
     specs = [_spec(rng, [rng.randint(1, 30), rng.choice([9, 13, 20, 30]), rng.choice([3, 17, 33]), rng.randint(1, 9)], 16),
+             _spec(rng, [rng.randint(1, 30), rng.choice([9, 13, 20, 30]), rng.choice([3, 17, 33]), rng.randint(1, 9)], 16,
+                   by_position=True),
              _spec(rng, _widths(rng), None),
              _spec(rng, [rng.randint(1, 9), rng.randint(1, 9)], rng.choice(MULTIPLES)),
              _spec(rng, [5, 1, rng.randint(2, 40), 4], rng.choice([None, 3, 4])),
@@ -159,7 +168,7 @@ def draw_pad_widths(rng):
              _spec(rng, _widths(rng), 1),
              _spec(rng, _widths(rng), rng.choice([3, 5])),
              _spec(rng, [12, 10, 5, 6], 4)]
-    specs += [_spec(rng, _widths(rng), rng.choice(MULTIPLES)) for _ in range(3)]
+    specs += [_spec(rng, _widths(rng), rng.choice(MULTIPLES), by_position=rng.random() < 0.5) for _ in range(3)]
     return specs
 
 
@@ -243,8 +252,9 @@ def judge_pad_new_model(found, specs):
 
 HIDDEN = {
     "pad_mlp": [
-        Case("widths: hidden ones rounded up to the next multiple (the default, 16, 1, 3 or 5, drawn), aligned ones and "
-             "input and output kept (a single layer too)", observe_padded, judge_pad_widths, draw=draw_pad_widths),
+        Case("widths: hidden ones rounded up to the next multiple (the default, 16, 1, 3 or 5, drawn; given by keyword "
+             "or by position), aligned ones and input and output kept (a single layer too)", observe_padded, judge_pad_widths,
+             draw=draw_pad_widths),
         Case("the same function whatever the activations (not 0 at 0, with settings, two in a row)", observe_padded,
              judge_pad_function, draw=draw_pad_function),
         Case("layers without a bias, alone and mixed", observe_padded, judge_pad_without_bias, draw=draw_pad_without_bias),
@@ -257,7 +267,8 @@ _PAD = [case.name for case in HIDDEN["pad_mlp"]]
 _PUBLIC = "15-30-20-3 with ReLU: widths, same function, original untouched"
 CLAUSES = {
     "pad_mlp": {
-        "pad_mlp(model, multiple=8): 8 when multiple is not given, any other multiple when it is": [_PUBLIC, _PAD[0]],
+        "pad_mlp(model, multiple=8): 8 when multiple is not given, any other multiple when it is (by keyword or by position)":
+            [_PUBLIC, _PAD[0]],
         "every hidden width rounded up to a multiple of multiple (an aligned one stays)": [_PUBLIC, _PAD[0], _PAD[2]],
         "the input and output widths stay the same": [_PUBLIC, _PAD[0]],
         "the new model computes the same function as the old one": [_PUBLIC, _PAD[1]],

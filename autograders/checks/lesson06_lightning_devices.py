@@ -356,11 +356,14 @@ def judge_optimizer(d):
 
 # --- effective_batch ------------------------------------------------------------------------------
 # 1. samples per optimizer step: batch_size x devices x num_nodes x accumulate_grad_batches, for ddp,
-#    ddp_spawn, ddp_notebook, fsdp and deepspeed; any counts (NumPy ints, integers above 2**53)
+#    ddp_spawn, ddp_notebook, fsdp and deepspeed; any counts (NumPy ints, integers above 2**53, a product
+#    above 2**63: exact, no int64 wrap-around)
 # 2. defaults num_nodes=1, strategy="ddp", accumulate_grad_batches=1, in that order (by position or name)
 # 3. an int
-# 4. ValueError for any other strategy: the removed ones, "" (not another case of a table name: Lightning
-#    lowers the case of a strategy's name itself, so the text leaves "DDP" open)
+# 4. ValueError for any other strategy: the removed ones, "", Lightning's "auto" and the registry's variants
+#    of the table's names (ddp_find_unused_parameters_true, deepspeed_stage_2, fsdp_cpu_offload, ...: not in
+#    the table) (not another case of a table name: Lightning lowers the case of a strategy's name itself, so
+#    the text leaves "DDP" open; nor "ddp_fork", which the table gives as another name of ddp_notebook)
 # 5. ValueError for a batch size, device count, node count or accumulation below 1 (0, negative, 0.5)
 # 6. scaled_learning_rate: the linear rule, base_lr x effective / base_batch (a rate of 0 too)
 # 7. scaled_learning_rate returns a float
@@ -404,7 +407,8 @@ def _batch_call(rng, strategy=None, **fixed):
 
 
 def draw_batch_strategies(rng):
-    calls = [call(1, 1, 1, "fsdp", 1), call(7, 8, num_nodes=10, strategy="ddp_spawn"), call(2 ** 53 + 1, 3, strategy="deepspeed")]
+    calls = [call(1, 1, 1, "fsdp", 1), call(7, 8, num_nodes=10, strategy="ddp_spawn"), call(2 ** 53 + 1, 3, strategy="deepspeed"),
+             call(2 ** 53 + 1, 64, 64, "ddp", 64)]  # a product above 2**63: an int64 product wraps around
     for strategy in STRATEGIES:
         calls += [_batch_call(rng, strategy) for _ in range(2)]
     return calls
@@ -420,9 +424,24 @@ REMOVED = ["dp", "ddp2", "horovod", "ddp_sharded", "ddp_cpu", "ddp_fully_sharded
            "fsdp_native", ""]
 
 
+# names Lightning accepts that the text's table does not list: its default, and its registry's variants
+AUTO_AND_VARIANTS = {
+    "ddp": ["ddp_find_unused_parameters_true", "ddp_find_unused_parameters_false", "ddp_spawn_find_unused_parameters_true",
+            "ddp_notebook_find_unused_parameters_false", "ddp_fork_find_unused_parameters_true"],
+    "deepspeed": ["deepspeed_stage_1", "deepspeed_stage_2", "deepspeed_stage_2_offload", "deepspeed_stage_3",
+                  "deepspeed_stage_3_offload", "deepspeed_stage_3_offload_nvme"],
+    "fsdp": ["fsdp_cpu_offload"],
+}
+
+
 def draw_batch_strategy_names(rng):
-    calls = [call(8, 2, 1, "dp"), call(8, 4, 3, "dp", 2), call(8, 2, strategy="ddp2")]
-    return calls + [_batch_call(rng, strategy=rng.choice(REMOVED)) for _ in range(6)]
+    """The removed dp and ddp2; "auto" and a variant of each table name Lightning's registry holds; then
+    drawn removed and variant names."""
+    calls = [call(8, 2, 1, "dp"), call(8, 4, 3, "dp", 2), call(8, 2, strategy="ddp2"), call(8, 2, strategy="auto"),
+             call(8, 2, 1, "auto", 2)]
+    calls += [call(8, 2, strategy=rng.choice(names)) for names in AUTO_AND_VARIANTS.values()]
+    others = REMOVED + [name for names in AUTO_AND_VARIANTS.values() for name in names]
+    return calls + [_batch_call(rng, strategy=rng.choice(others)) for _ in range(6)]
 
 
 def draw_batch_below_one(rng):
@@ -527,10 +546,12 @@ HIDDEN = {
         Case("the same optimizer", observe_optimizer, judge_optimizer),
     ],
     "effective_batch": [
-        _case("every strategy of the table, with nodes and accumulation (NumPy ints, above 2**53)", draw_batch_strategies,
+        _case("every strategy of the table, with nodes and accumulation (NumPy ints, above 2**53, a product above 2**63)",
+              draw_batch_strategies,
               observe_batch_calls, JUDGE_BATCH),
         _case("positional arguments and defaults", draw_batch_positional, observe_batch_calls, JUDGE_BATCH),
-        _case("other and removed strategies raise ValueError", draw_batch_strategy_names, observe_batch_calls, JUDGE_BATCH),
+        _case("other and removed strategies raise ValueError (\"auto\" and variants not in the table too)", draw_batch_strategy_names,
+              observe_batch_calls, JUDGE_BATCH),
         _case("values below 1 raise ValueError, 1 is allowed (0, negative, 0.5)", draw_batch_below_one, observe_batch_calls,
               JUDGE_BATCH),
         _case("the linear scaling rule, as a float", draw_lr_rule, observe_lr_calls, JUDGE_LR),
@@ -562,8 +583,8 @@ CLAUSES = {
         "effective_batch_size: samples per optimizer step for ddp, ddp_spawn, ddp_notebook, fsdp, deepspeed":
             [PUBLIC_BATCH, _B[0]],
         "num_nodes=1, strategy='ddp', accumulate_grad_batches=1 by default, in that order": [_B[1]],
-        "effective_batch_size returns an int": [_B[0], _B[1]],
-        "ValueError for any other strategy, the removed ones included": [_B[2]],
+        "effective_batch_size returns an int (exact, whatever its size)": [_B[0], _B[1]],
+        "ValueError for any other strategy, the removed ones, 'auto' and names outside the table included": [_B[2]],
         "ValueError for a batch size, device count, node count or accumulation below 1": [_B[3]],
         "scaled_learning_rate: the linear scaling rule, a float": [PUBLIC_BATCH, _B[4]],
     },

@@ -14,11 +14,12 @@ from . import add_positions as positions, measure, sync_lines as sync, triton_sc
 
 HIDDEN = {
     "add_positions": [
-        Case("values: x + p on random x of other shapes (length 1, an empty batch, non-contiguous)", positions.observe_positions,
+        Case("values: x + p on random x of other shapes (length 1, length 0, long lengths, an empty batch, non-contiguous)",
+             positions.observe_positions,
              positions.judge_positions_values, draw=positions.draw_positions_values),
         Case("dtype, device and shape follow x (every floating dtype, meta, long float16 and bfloat16)", positions.observe_positions,
              positions.judge_positions_follow_x, draw=positions.draw_positions_follow_x),
-        Case("a new tensor, x unchanged (random x)", positions.observe_positions, positions.judge_positions_new_tensor,
+        Case("a new tensor, x unchanged (length 1, empty x, random x)", positions.observe_positions, positions.judge_positions_new_tensor,
              draw=positions.draw_positions_new_tensor),
     ],
     "measure": [
@@ -58,12 +59,12 @@ _ME = [case.name for case in HIDDEN["measure"]]
 _TR = [case.name for case in HIDDEN["triton_scaled_add"]]
 CLAUSES = {
     "add_positions": {
-        "returns x + p with p[j] = j / length, the same for every batch element and feature":
+        "returns x + p with p[j] = j / length (one value per position, whatever the length), the same for every batch element and feature":
             ["float32 on the CPU: values, shape, input untouched", _AP[0], _AP[1]],
-        "for x of shape (batch, length, dim), whatever they are (length 1, an empty batch, not contiguous)": [_AP[0]],
+        "for x of shape (batch, length, dim), whatever they are (length 1, length 0, an empty batch, not contiguous)": [_AP[0]],
         "the result has x's device, dtype and shape, whatever they are":
             ["follows x to another device and dtype (meta, float16)", _AP[1]],
-        "a new tensor; x left unchanged": ["float32 on the CPU: values, shape, input untouched", _AP[2]],
+        "a new tensor; x left unchanged (length 1 and empty x too)": ["float32 on the CPU: values, shape, input untouched", _AP[2]],
     },
     "measure": {
         "measure(run, synchronize, warmup=2, repeats=5): those defaults, each alone too": [_ME[4]],

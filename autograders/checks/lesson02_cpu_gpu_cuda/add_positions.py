@@ -90,9 +90,16 @@ def _judge_positions(found, specs, check_values=True, check_new=False):
     return None
 
 
+# lengths where torch.arange(0, 1, 1 / length) gives length + 1 values (its size is computed from a
+# rounded float step): p must have exactly one value per position
+FLOAT_STEP_OVERSHOOTS = [98, 103, 107, 196, 197, 206, 214]
+
+
 def draw_positions_values(rng):
-    """float64 x: length 1, batch 1, dim 1, an empty batch, a non-contiguous x, then drawn shapes."""
-    shapes = [[1, 7, 1], [3, 1, 2], [2, 13, 1], [0, 5, 3], [2, 9, 0]]
+    """float64 x: length 1, batch 1, dim 1, lengths where a float step 1/length overshoots (49, one
+    more), length 0, an empty batch, an empty dim, a non-contiguous x, then drawn shapes."""
+    shapes = [[1, 7, 1], [3, 1, 2], [2, 13, 1], [2, 49, 2], [1, rng.choice(FLOAT_STEP_OVERSHOOTS), 1],
+              [2, 0, 3], [0, 5, 3], [2, 9, 0]]
     specs = [_x_spec(rng, shape) for shape in shapes]
     specs.append(_x_spec(rng, [rng.randint(2, 4), rng.randint(2, 12), rng.randint(2, 4)], transposed=True))
     specs += [_x_spec(rng, _shape(rng), transposed=rng.random() < 0.5) for _ in range(3)]
@@ -109,7 +116,10 @@ def draw_positions_follow_x(rng):
 
 
 def draw_positions_new_tensor(rng):
-    return [_x_spec(rng, _shape(rng), rng.choice(FLOATS), transposed=rng.random() < 0.5) for _ in range(2)]
+    """Boundaries first (length 1, where p is all zeros; length 0, an empty batch, an empty dim, where
+    there is nothing to add), then drawn x: every time a new tensor, x unchanged."""
+    specs = [_x_spec(rng, shape) for shape in ([3, 1, 2], [2, 0, 3], [0, 5, 3], [2, 9, 0])]
+    return specs + [_x_spec(rng, _shape(rng), rng.choice(FLOATS), transposed=rng.random() < 0.5) for _ in range(2)]
 
 
 def judge_positions_values(found, specs):
