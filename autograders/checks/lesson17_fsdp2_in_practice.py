@@ -44,9 +44,17 @@ def draw_clusters(rng):
 
 def draw_bad_meshes(rng):
     """Sizes that do not divide (gpus_per_node above world_size too), 0 and negative sizes, and each
-    argument as a float, a string, None or a bool, also where the values would be wrong too."""
+    argument as a float, a string, None or a bool, also where the values would be wrong too: a call
+    with a type fault and a value fault raises TypeError (checked first), whichever argument has which."""
     calls = [call(6, 4), call(2, 4), call(0, 1), call(4, 0), call(-4, 2), call(4, -2), call(0, 0),
              call(rng.randint(2, 50) * 8 + rng.randint(1, 7), 8)]
+    # checked first: a value fault in one argument and a type fault in the other (either way round)
+    calls += [call(0, "2"), call(0, None), call(-4, 2.0), call(0, True), call("8", 0), call(None, -2),
+              call(6, 4.0), call(2, "4")]
+    for _ in range(2):
+        bad_type = rng.choice([float(rng.randint(1, 8)), str(rng.randint(1, 8)), None, True, False, 2.5])
+        bad_value = rng.choice([0, -rng.randint(1, 64)])
+        calls.append(call(bad_value, bad_type) if rng.random() < 0.5 else call(bad_type, bad_value))
     for _ in range(4):
         gpus = rng.randint(2, 9)
         world = gpus * rng.randint(1, 8)
@@ -67,7 +75,8 @@ def observe_mesh_calls(ns, calls):
 HIDDEN = {"hsdp_mesh": [
     Case("every divisor pair up to 12 ranks and random clusters: shape, shard and replicate groups",
          observe_mesh_calls, judge_calls(reference_hsdp_mesh, "hsdp_mesh"), draw=draw_clusters),
-    Case("bad input: ValueError for sizes that do not divide or are < 1, TypeError for non-ints and bools",
+    Case("bad input: ValueError for sizes that do not divide or are < 1, TypeError for non-ints and bools, "
+         "checked first",
          observe_mesh_calls, judge_calls(reference_hsdp_mesh, "hsdp_mesh"), draw=draw_bad_meshes),
 ]}
 
@@ -150,7 +159,8 @@ def draw_settings(rng):
 def draw_bad_traffic(rng):
     """Each way out of the domain: an int setting that does not divide, 0, negative or above world_size;
     a float or string setting; world_size, param_bytes or reduce_bytes 0, negative, a float or a bool; a
-    shape with no dimension, a 0 or negative dimension, a float dimension."""
+    shape with no dimension, a 0 or negative dimension, a float dimension; and calls with a type fault
+    and a value fault at once, in any two places: TypeError, which the text checks first."""
     good = [[30, 30], [30]]
     calls = [call(good, 4, 3, 4, 4), call(good, 4, 0, 4, 4), call(good, 4, -2, 4, 4), call(good, 4, 8, 4, 4),
              call(good, 6, 4, 2, 4), call(good, 4, 2.0, 4, 4), call(good, 4, "2", 4, 4), call(good, 4, None, 4, 4),
@@ -159,6 +169,20 @@ def draw_bad_traffic(rng):
              call(good, True, True, 4, 4), call(good, 4, True, 2.0, 4), call(good, 4, True, 4, False),
              call([[]], 4, True, 4, 4), call([[0, 3]], 4, True, 4, 4), call([[5, -1]], 4, True, 4, 4),
              call([[5.0, 3]], 4, True, 4, 4), call([[5, 3], [2, True]], 4, True, 4, 4), call([5, 3], 4, True, 4, 4)]
+    # checked first: a type fault (a dimension, a count, the setting) with a value fault elsewhere
+    calls += [call([[2.0]], 0, True, 4, 4), call([[30, 30]], 4, "x", 0, 4), call(good, 0, True, 4.0, 4),
+              call(good, -2, None, 4, 4), call([[0, 3.0]], 4, True, 4, 4), call([[]], 4, 2.5, 4, 4),
+              call([[30]], 4, 3, 4, "4"), call([[5, True]], 0, True, 4, 4), call([[0, 3]], 4.0, True, 4, 4),
+              call(good, 4, True, -1, None), call([[30], []], 4, True, 4, 2.0), call([[30], 30], 0, True, 4, 4)]
+    type_faults = [("dim", 3.0), ("world", 4.0), ("setting", "2"), ("param", True), ("reduce", None)]
+    value_faults = [("dim", 0), ("world", 0), ("setting", 3), ("param", 0), ("reduce", -rng.randint(1, 9))]
+    for _ in range(2):
+        (t_place, t_bad), (v_place, v_bad) = rng.choice([(t, v) for t in type_faults for v in value_faults
+                                                         if t[0] != v[0]])
+        args = {"dim": [[30, 30], [30]], "world": 4, "setting": True, "param": 4, "reduce": 4}
+        for place, bad in ((t_place, t_bad), (v_place, v_bad)):
+            args[place] = [[30, bad], [30]] if place == "dim" else bad
+        calls.append(call(args["dim"], args["world"], args["setting"], args["param"], args["reduce"]))
     n = rng.choice([4, 6, 8, 12])
     calls.append(call(_shapes(rng), n, rng.choice([k for k in range(2, 2 * n) if n % k]), 2, 4))
     calls.append(call(_shapes(rng), n, rng.choice([True, False, 2]), 4, 4.0))
@@ -175,7 +199,8 @@ def observe_traffic_calls(ns, calls):
 HIDDEN["fsdp_step_traffic"] = [
     Case("every setting on 1 to 8 ranks and more: padded shards, True, False, each divisor as an int",
          observe_traffic_calls, judge_calls(reference_traffic, "fsdp_step_traffic"), draw=draw_settings),
-    Case("bad input: ValueError for sizes < 1 and an int setting that does not divide, TypeError for non-ints",
+    Case("bad input: ValueError for sizes < 1 and an int setting that does not divide, TypeError for non-ints, "
+         "checked first",
          observe_traffic_calls, judge_calls(reference_traffic, "fsdp_step_traffic"), draw=draw_bad_traffic),
 ]
 

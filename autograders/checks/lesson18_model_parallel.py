@@ -75,23 +75,33 @@ def _valid_bubble(rng, schedule):
 
 def draw_bubble_values(rng):
     """Every schedule; one stage (0.0), m = p for 1F1B and the interleaved one, v = 1 for the interleaved one,
-    virtual_stages given by name and left out, sizes up to 2**80."""
+    virtual_stages given by name and left out, sizes up to 2**80, and ints past the largest float (10**309
+    and more) where the bubble itself is an ordinary float."""
     calls = [c("gpipe", 1, 1), c("1f1b", 1, 1), c("interleaved_1f1b", 1, 1, 1), c("gpipe", 2, 1),
              c("1f1b", 3, 3), c("interleaved_1f1b", 3, 3, 2), c("interleaved_1f1b", 4, 8, 1),
              c("interleaved_1f1b", 2, 4, virtual_stages=3), c("gpipe", 2**60 + 1, 3), c("1f1b", 5, 2**70 + 11),
              c("interleaved_1f1b", 7, 7 * (2**55 + 3), 2**30)]
+    # any size: ints above 2**53 that a float does not hold, and ints past the largest float (the result is not)
+    calls += [c("gpipe", 2**53 + 3, 3), c("1f1b", 2**54 + 7, 2**55 + 3), c("interleaved_1f1b", 10**300, 10**309, 1),
+              c("gpipe", 10**320, 10**330), c("1f1b", 10**310, 10**310 + 1),
+              c("interleaved_1f1b", 10**200, 10**400, 10**100 + 1)]
+    huge = rng.randint(10**309, 10**330)
+    calls.append(c("interleaved_1f1b", huge, huge * rng.randint(1, 9), rng.randint(1, 9)))
     for _ in range(30):
         calls.append(_valid_bubble(rng, rng.choice(SCHEDULES)))
     return calls
 
 
 def draw_bubble_errors(rng):
-    """One fault per call: an unknown schedule (another name, a case or spacing variant, None), a non-int
-    (float, bool, str, None) in each numeric place, zero or negative in each, virtual_stages other than 1
-    for GPipe and 1F1B, fewer micro-batches than stages for 1F1B, m not a multiple of p for the interleaved one."""
+    """One fault per call: an unknown schedule (another name, a case or spacing variant, None, a list, a
+    dict), a non-int (float, bool, str, None) in each numeric place, zero or negative in each, virtual_stages
+    other than 1 for GPipe and 1F1B, fewer micro-batches than stages for 1F1B, m not a multiple of p for the
+    interleaved one."""
     calls = [c(name, 4, 8) for name in ("zero_bubble", "GPipe", "1F1B", "interleaved-1f1b", "interleaved", " gpipe",
                                         "looped_bfs", "")]
     calls.append(c(None, 4, 8))
+    # not one of the strings, and not hashable either: still a ValueError
+    calls += [c(["gpipe"], 4, 8), c({"gpipe": 1}, 4, 8), c(rng.choice([["1f1b"], [], {}, {"interleaved_1f1b"}]), 4, 8)]
     for position in range(3):
         for bad in (4.0, True, "4", None, 2.5):
             args = ["interleaved_1f1b", 2, 4, 2]
@@ -135,10 +145,13 @@ def draw_in_flight_values(rng):
 
 
 def draw_in_flight_errors(rng):
-    """One fault per call: an unknown schedule (the interleaved one included), a non-int in each numeric place,
-    stages or microbatches below 1, a stage outside 0..stages-1, fewer micro-batches than stages for 1F1B."""
+    """One fault per call: an unknown schedule (the interleaved one included, a list, a dict), a non-int in
+    each numeric place, stages or microbatches below 1, a stage outside 0..stages-1, fewer micro-batches than
+    stages for 1F1B."""
     calls = [c(name, 4, 8, 0) for name in ("interleaved_1f1b", "zero_bubble", "GPipe", "1F1B", "", "1f1b ")]
     calls.append(c(None, 4, 8, 0))
+    # not one of the strings, and not hashable either: still a ValueError
+    calls += [c(["gpipe"], 4, 8, 0), c({"1f1b": 1}, 4, 8, 0), c(rng.choice([["1f1b"], [], {}, {"gpipe"}]), 4, 8, 0)]
     for position in range(3):
         for bad in (4.0, True, "2", None, 1.5):
             args = ["gpipe", 4, 8, 1]

@@ -68,7 +68,8 @@ def _valid_layer(rng, t=1, sp=False):
 
 def draw_no_parallelism(rng):
     """One rank, every recompute mode, bytes_per_value 2, 4, 1 and any other: the smallest layer (all 1s),
-    GPT-3's 175B layer (s 2048, h 12288, a 96), NumPy ints, products above 2**53, layers above 1."""
+    GPT-3's 175B layer (s 2048, h 12288, a 96), NumPy ints, products above 2**53, layers above 1, NumPy
+    int64s only whose products pass 2**63."""
     calls = []
     for mode in ("none", "selective", "full"):
         calls += [call(1, 1, 1, 1, recompute=mode), call(2048, 1, 12288, 96, layers=96, recompute=mode),
@@ -77,6 +78,12 @@ def draw_no_parallelism(rng):
                   call(*_ints(rng, [2 ** 20 + 1, 2 ** 12 + 3, 2 ** 15 * 3, 3 * 2 ** 7]), recompute=mode,
                        layers=rng.randint(2, 200))]
     calls.append(call(1024, 2, 4096, 32))  # every default
+    # NumPy int64s whose products pass 2**63: the bytes are exact at any size, so int64 arithmetic overflows
+    calls += [call(np.int64(2 ** 22), np.int64(2 ** 10), np.int64(2 ** 16), np.int64(2 ** 8)),
+              call(np.int64(2 ** 30), np.int64(2 ** 20), np.int64(2 ** 16), np.int64(2 ** 8), layers=np.int64(3),
+                   recompute=rng.choice(["selective", "full"]), bytes_per_value=np.int64(4)),
+              call(*[np.int64(v) for v in (2 ** 21 * rng.randint(1, 7), 2 ** 11 + rng.randint(0, 99), 2 ** 16, 2 ** 9)],
+                   layers=np.int64(rng.randint(1, 96)), bytes_per_value=np.int64(rng.choice([1, 2, 4])))]
     for _ in range(12):
         mode = rng.choice(["none", "selective", "full"])
         calls.append(call(*_ints(rng, _valid_layer(rng)), layers=rng.randint(1, 100), recompute=mode,
@@ -225,10 +232,17 @@ def _real(rng, value):
 
 def draw_mfu_model_only(rng):
     """No attention term: a GPT-2-small step, a 7B model's, the smallest (1 parameter, 1 token), NumPy ints,
-    parameter counts above 2**53, ints and floats for the time and the peak, results above 1 too."""
+    parameter counts above 2**53, ints and floats for the time and the peak (NumPy's float32, int64 and int32
+    too), results above 1 too."""
     calls = [call(1, 1, 1.0, 6.0), call(124_000_000, 512 * 1024, 0.5, 989.4e12),
              call(7_000_000_000, 4 * 4096, 1.2, 989e12), call(np.int64(350_000_000), np.int64(8192), 0.25, 312e12),
              call(2 ** 53 + 1, 3, 7, 11), call(10 ** 6, 10, 1, 1)]  # the last: MFU far above 1, returned as is
+    # NumPy reals that are not Python floats: float32, int64, int32 (and mixed) for the time and the peak
+    calls += [call(124_000_000, 512 * 1024, np.float32(0.5), np.float32(989.4e12)),
+              call(7_000_000_000, 16384, np.int64(2), np.int64(10 ** 15)),
+              call(10 ** 6, 10, np.int32(3), np.int32(10 ** 9)),
+              call(350_000_000, 8192, np.float32(rng.uniform(0.01, 10)), np.int64(rng.randint(10 ** 12, 10 ** 16))),
+              call(10 ** 9, 4096, np.int32(rng.randint(1, 100)), np.float32(10 ** rng.uniform(12, 16)))]
     for _ in range(14):
         calls.append(call(rng.choice([rng.randint(1, 10 ** 6), rng.randint(10 ** 6, 10 ** 12)]),
                           rng.randint(1, 2 ** 22), _real(rng, 10 ** rng.uniform(-4, 2)),
