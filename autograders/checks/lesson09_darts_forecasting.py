@@ -23,7 +23,8 @@ from autograders.differential import same, shown
 #  3. in percent: 100 x the mean
 #  4. over the time steps both series cover, matched by date
 #  5. |(actual - forecast) / actual|: divided by the actual value, the absolute value of the whole
-#     ratio (actual values may be negative); any non-zero actual value, however small
+#     ratio (actual values may be negative); any non-zero actual value, however small (many tiny ones
+#     together too: a product of them underflows to 0 although none is 0)
 #  6. an actual value of 0 (or -0.0) at a common step raises ValueError
 #  7. zeros outside the common span do not matter (nor do zeros in the forecast)
 
@@ -155,8 +156,11 @@ def draw_mape_zeros_elsewhere(rng):
 
 
 def draw_mape_domain(rng):
-    """float32 series, month-end dates, tiny actual values (not 0: 1e-9, 3e-12), a single month each."""
+    """float32 series, month-end dates, tiny actual values (not 0: 1e-9, 3e-12), a single month each; many tiny
+    actual values together (their product underflows to 0, none of them is 0)."""
+    many = [1e-9 * (1 + i % 5) for i in range(40)]
     cases = [_mape_case(0, [1e-9, 2.0], 0, [5.0, 2.5]), _mape_case(0, [-3e-12], 0, [1e-12], "ME"),
+             _mape_case(0, many, 0, [2 * v for v in many]),
              _mape_case(0, [10.0, 20.0, 40.0], 1, [30.0, 20.0], "ME", "float32")]
     return cases + [_random_mape(rng, negatives=rng.random() < 0.5, tiny=True) for _ in range(5)]
 
@@ -401,7 +405,7 @@ HIDDEN = {
               observe_mape_drawn, judge_mape_drawn),
         _case("clause 7: zeros outside the common span, zeros in the forecast", draw_mape_zeros_elsewhere,
               observe_mape_drawn, judge_mape_drawn),
-        _case("clauses 1, 5: float32 series, month-end dates, tiny actual values (not 0)", draw_mape_domain,
+        _case("clauses 1, 5: float32 series, month-end dates, tiny actual values (not 0), many of them together", draw_mape_domain,
               observe_mape_drawn, judge_mape_drawn),
     ],
     "modern_trainer_kwargs": [

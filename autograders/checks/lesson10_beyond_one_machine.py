@@ -264,6 +264,12 @@ HIDDEN = {"slurm_ranks": [
 #     shell runs once, on the first node, and expands what is unquoted or in double quotes there (SLURM_NODEID
 #     is 0 in it); only a shell each task runs (srun bash -c '...', in single quotes) sees each task's own
 #     SLURM_NODEID                                                            -> "each node's torchrun its own node rank"
+#  9. the rendezvous (section 5): every node's torchrun is given one host, the first node of the allocation,
+#     as the shells expand it: not localhost (each node itself), not the compressed node list, not each
+#     node's own name ($(hostname) in srun bash -c '...'), not a variable the tasks' shells see empty (set
+#     without export, or never set)                                           -> "one rendezvous host"
+#  (7 also: "srun ... &" with nothing waiting for it ends the job at once; 5 also: SLURM_GPUS_PER_NODE is
+#   set only by --gpus-per-node, empty with --gres; a backslash followed by a blank does not continue a line)
 # Inputs are drawn at grading time: 1 x 1, 2 x 3 and 3 x 2 (nodes and GPUs swapped), 2 x 1 and 1 x 2, 16 x 4,
 # 4 x 8, then random shapes (1 to 64 nodes, 1 to 8 GPUs) and commands (python, python3, -u, -m, arguments).
 
@@ -428,6 +434,8 @@ HIDDEN["sbatch_for"] = [
          observe_sbatch_requests, sbatch_judge({"ranks"}), draw=draw_requests),
     Case("submitted to a 2-node Slurm cluster: one process per GPU runs the command, one Lightning job "
          "(judged on the text where no cluster is up)", observe_sbatch_requests, judge_by_running, draw=draw_run),
+    Case("one rendezvous host for the torchruns of all nodes, the first node of the allocation, as the shells "
+         "expand it", observe_sbatch_requests, sbatch_judge({"rendezvous"}), draw=draw_requests),
 ]
 
 PUBLIC_RANKS = "every task of a 2-node × 4-GPU job, an interactive shell, no SLURM at all"
@@ -456,5 +464,7 @@ CLAUSES = {
         "or one torchrun task per node that starts one worker per GPU": [_S[2], _S[4]],
         "several nodes under torchrun: each node's torchrun knows its own node (as the shells would expand it)":
             [PUBLIC_SBATCH, _S[5], _S[6]],
+        "a rendezvous on the first node of the allocation (section 5), one host for every node's torchrun":
+            [PUBLIC_SBATCH, _S[7], _S[6]],
     },
 }

@@ -15,6 +15,8 @@ import re
 import shlex
 
 from gpucourse.checks import Answer, Case, register
+from gpucourse.checks.sbatch_shells import (ALIASES, SHORT, SRUN_FLAGS, TORCHRUN_FLAGS, _is_torchrun, _python_args, _scan,
+                                            _split_options, rendezvous_hosts, rendezvous_problem)
 
 ASSIGNMENT = "lesson10_beyond_one_machine"  # the course folder this module's exercises belong to
 
@@ -107,17 +109,6 @@ register("slurm_ranks", Case("every task of a 2-node × 4-GPU job, an interactiv
 
 # --- Exercise 2: sbatch_for ---------------------------------------------------------------
 
-SHORT = {"N": "nodes", "n": "ntasks", "G": "gpus", "c": "cpus-per-task", "t": "time", "J": "job-name",
-         "o": "output", "e": "error", "p": "partition", "A": "account", "q": "qos", "C": "constraint"}
-ALIASES = {"tasks-per-node": "ntasks-per-node"}  # sbatch and srun accept both spellings
-# srun options that take no value when written without "=" (the others take the next word as theirs)
-SRUN_FLAGS = {"l", "u", "v", "Q", "O", "E", "H", "s", "X", "Z", "h", "label", "unbuffered", "verbose", "quiet",
-              "overcommit", "preserve-env", "exclusive", "kill-on-bad-exit", "overlap", "pty", "oversubscribe",
-              "disable-status", "no-kill", "multi-prog", "no-allocate", "spread-job", "test-only", "whole",
-              "contiguous", "hold", "immediate", "exact", "help", "usage", "K", "k", "I"}
-TORCHRUN_FLAGS = {"standalone", "no-python", "module", "m", "run-path", "virtual-local-rank"}
-PYTHON_FLAGS = {"-u", "-O", "-OO", "-B", "-E", "-s", "-S", "-I", "-b", "-bb", "-q", "-P"}
-
 
 def _options(tokens: list[str]) -> dict[str, str]:
     """``--opt=v``, ``--opt v``, ``-N 2``, ``-N2`` and flags, as {long name: value ("" for a flag)}."""
@@ -144,10 +135,11 @@ def parse_sbatch(text: str) -> dict:
     """An sbatch script as sbatch reads it: shebang, the ``#SBATCH`` options before the first command, the body.
 
     sbatch stops reading ``#SBATCH`` lines at the first line that is neither blank nor a comment. Lines of
-    the body continued with a backslash are joined, as the shell reads them.
+    the body continued with a backslash are joined, as the shell reads them: only a backslash that ends the
+    line continues it (after "\\ " the line ends, the backslash escaping the space: that line keeps its blank).
     """
     lines = text.splitlines()
-    options, body, in_header = {}, [], True
+    options, body, in_header, continued = {}, [], True, False
     for line in lines[1:] if lines and lines[0].startswith("#!") else lines:
         stripped = line.strip()
         if in_header and (not stripped or stripped.startswith("#")):
@@ -158,10 +150,16 @@ def parse_sbatch(text: str) -> dict:
                     options["unparsable"] = line
             continue
         in_header = False
-        if body and body[-1].endswith("\\"):
+        ends_line = (len(line) - len(line.rstrip("\\"))) % 2 == 1  # an odd run of backslashes: the last escapes the newline
+        if stripped.endswith("\\") and not ends_line:
+            stripped = line.lstrip()  # "\\ " at the end: an escaped blank, a word of its own; the line ends there
+        if continued and body:
             body[-1] = body[-1][:-1].rstrip() + " " + stripped
         elif stripped and not stripped.startswith("#"):
             body.append(stripped)
+        else:
+            ends_line = False  # a blank line or a comment continues nothing
+        continued = ends_line
     return {"shebang": bool(lines) and lines[0].startswith("#!"), "options": options, "body": body}
 
 
@@ -234,40 +232,8 @@ def _program(words: list[str]) -> list[str]:
     return words
 
 
-def _split_options(words: list[str], flags: set) -> tuple[dict[str, str], list[str]]:
-    """A launcher's own options (``--opt=v``, ``--opt v``, ``-N 2``, flags) and the program after them."""
-    found, i = {}, 0
-    while i < len(words) and words[i].startswith("-") and words[i] != "-":
-        token = words[i]
-        if token.startswith("--"):
-            name, eq, value = token[2:].partition("=")
-            name = ALIASES.get(name.replace("_", "-"), name.replace("_", "-"))  # torchrun takes both
-        else:
-            name, value, eq = SHORT.get(token[1], token[1]), token[2:].lstrip("="), token[2:]
-        if not eq and name not in flags and i + 1 < len(words):
-            value, i = words[i + 1], i + 1
-        found[name] = value
-        i += 1
-    return found, words[i:]
-
-
-def _python_args(command: list[str]) -> list[str] | None:
-    """What follows ``python`` and its own flags in ``command`` (what torchrun is given), or None."""
-    if not command or not re.fullmatch(r"(.*/)?python[\d.]*", command[0]):
-        return None
-    rest = command[1:]
-    while rest and rest[0] in PYTHON_FLAGS:
-        rest = rest[1:]
-    return rest
-
-
 def _contains(words: list[str], part: list[str]) -> bool:
     return any(words[i:i + len(part)] == part for i in range(len(words) - len(part) + 1))
-
-
-def _is_torchrun(program: list[str]) -> bool:
-    return bool(program) and (os.path.basename(program[0]) == "torchrun" or (
-        _python_args(program[:1]) is not None and program[1:3] == ["-m", "torch.distributed.run"]))
 
 
 def _shell_commands(text: str) -> list[list[str]]:
@@ -348,7 +314,8 @@ def _torchrun(program: list[str], command: list[str], nodes: int, gpus: int, sru
 
 def sbatch_problems(request: dict, text) -> list[tuple[str, str]]:
     """Everything wrong with ``text`` as an sbatch script for a Lightning job on ``request`` = {nodes, gpus,
-    command}, as (clause, message): clauses "text", "interpreter", "nodes", "tasks", "gpus", "launch", "ranks"
+    command}, as (clause, message): clauses "text", "interpreter", "nodes", "tasks", "gpus", "launch",
+    "rendezvous" (the torchruns of all nodes given one host, the first node, as the shells expand it), "ranks"
     (each node's torchrun its own node rank, expanded where each task runs)."""
     if text.startswith("<a "):
         return [("text", f"return the script's text (a str), got {text[1:-1]}")]
@@ -373,13 +340,15 @@ def sbatch_problems(request: dict, text) -> list[tuple[str, str]]:
     per_node = options.get("ntasks-per-node") or ""
     variables = {"SLURM_NNODES": str(nodes), "SLURM_JOB_NUM_NODES": str(nodes), "SLURM_NTASKS_PER_NODE": per_node,
                  "SLURM_NTASKS": options.get("ntasks") or (str(nodes * int(per_node)) if per_node.isdigit() else ""),
-                 "SLURM_GPUS_ON_NODE": str(count or ""), "SLURM_GPUS_PER_NODE": str(count or "")}
+                 "SLURM_GPUS_ON_NODE": str(count or ""),
+                 # Slurm sets SLURM_GPUS_PER_NODE only when the job asked for --gpus-per-node (not with --gres)
+                 "SLURM_GPUS_PER_NODE": str(count or "") if "gpus-per-node" in options else ""}
     variables["SLURM_NPROCS"] = variables["SLURM_NTASKS"]
     wanted = _split(command) or [command]
     after_python = _python_args(wanted)
     tail = after_python[1:] if after_python and after_python[0] == "-m" else after_python
     launches = []
-    for line in script["body"]:
+    for index, line in enumerate(script["body"]):
         line = _batch_expand(line)  # what the batch shell passes on: per-task variables read on the first node
         assignment = re.fullmatch(r"(?:export\s+)?([A-Za-z_]\w*)=(.*)", line)
         if assignment:
@@ -398,10 +367,24 @@ def sbatch_problems(request: dict, text) -> list[tuple[str, str]]:
         runs = _contains(flat, wanted) or any(command in w for w in words if " " in w) or (
             tail and _contains(flat, tail) and any(w.endswith(("torchrun", "torch.distributed.run")) for w in flat))
         if runs:
-            launches.append((line, _launch(words, wanted, nodes, gpus)))
+            launch = _launch(words, wanted, nodes, gpus)
+            later = [c for rest in script["body"][index + 1:] for c, _ in _scan(rest)]
+            if re.search(r"(?<!&)&\s*$", line) and not any(c[0] == "wait" for c in later) and not launch["problem"]:
+                launch["problem"] = ("runs in the background (&) and nothing waits for it: the batch script ends at "
+                                     "once, and Slurm ends the job with it, killing its tasks (add wait)")
+            launches.append((line, dict(launch, line=index)))
     if not launches:
         problems.append(("launch", f"{job}: the command {command!r} is never run after the #SBATCH lines"))
+    if nodes > 1 and launches and all(launch["kind"] == "torchrun" for _, launch in launches):
+        for option, values, allocation in rendezvous_hosts(script["body"], options, nodes):
+            problem = rendezvous_problem(option, values, allocation)
+            if problem:
+                problems.append(("rendezvous", f"{job}: {problem}"))
     for line, launch in launches:
+        before = script["body"][launch["line"] - 1] if launch["line"] else ""
+        if launch["kind"] == "once" and before != before.rstrip() and before.rstrip().endswith("\\"):
+            launch["problem"] += (" (the line before ends with a backslash and a blank: the backslash escapes the blank,"
+                                  " not the end of the line, so the lines are not joined)")
         if launch.get("rank_problem"):
             problems.append(("ranks", f"{job}: {launch['rank_problem']}"))
         if launch["problem"]:
@@ -427,7 +410,7 @@ def sbatch_problems(request: dict, text) -> list[tuple[str, str]]:
 
 def judge_sbatch(request: dict, text) -> str | None:
     """Is ``text`` an sbatch script for Lightning on ``request`` = {nodes, gpus, command}? Its first problem, or None."""
-    order = ("text", "interpreter", "nodes", "tasks", "gpus", "launch", "ranks")
+    order = ("text", "interpreter", "nodes", "tasks", "gpus", "launch", "rendezvous", "ranks")
     problems = sorted(sbatch_problems(request, text), key=lambda p: order.index(p[0]))
     return problems[0][1] if problems else None
 
