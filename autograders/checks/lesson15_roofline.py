@@ -8,6 +8,7 @@ below, which exist on the grader's side only, on the same calls.
 
 import math
 import numbers
+from fractions import Fraction
 
 import numpy as np
 
@@ -124,27 +125,52 @@ def draw_conv(rng):
     return calls + _another_op(rng, "conv2d")
 
 
+def draw_huge_conv(rng):
+    """Convolutions whose padded height or width passes 2**53 (the text's shapes hold any integers): the output
+    size floors in exact integers, where a float division rounds first (H + 2 padding - R = 2**53 + 1 first), strides
+    1 to 5, NumPy ints; every count stays below 2**62."""
+    calls = [call("conv2d", (1, 1, 2 ** 53 + 2, 1, 1, 1, 1, 1, 0), 4),       # (2**53 + 1) / 1 rounds to 2**53
+             call("conv2d", (1, 1, 1, 2 ** 53 + 2, 1, 1, 1, 1, 0), 2),       # the same along the width
+             call("conv2d", (1, 1, 3 * 2 ** 53, 2, 1, 3, 1, 3, 1), 4)]       # (3 * 2**53 - 1) / 3 rounds up to 2**53
+    for _ in range(8):
+        r, s, pad, stride = rng.randint(1, 3), rng.randint(1, 3), rng.randint(0, 3), rng.randint(1, 5)
+        long_side = rng.randint(2 ** 53, 2 ** 53 + 2 ** 52) | 1
+        h, w = long_side, max(1, s - 2 * pad) + rng.randint(0, 4)
+        if rng.random() < 0.5:
+            h, w = max(1, r - 2 * pad) + rng.randint(0, 4), long_side
+        calls.append(call("conv2d", _ints(rng, (1, 1, h, w, 1, r, s, stride, pad)), rng.choice([1, 2, 4])))
+    return calls + _another_op(rng, "conv2d")
+
+
 def draw_bad(rng):
     """Each way out of the domain: another op (another case too), a shape of the wrong length or holding
-    something else than ints (a float, a NumPy float, a str, None, a bool), a size or a stride below 1
-    at a drawn place, a padding below 0, a kernel larger than the padded input along either axis, a
+    something else than ints (a float, a NumPy float, a str, None, a bool) at each place, the padding too, a
+    size or a stride below 1 at a drawn place, two sizes below 1 at once (a positive product), a negative stride
+    with the kernel exactly the padded input, a padding below 0, a kernel larger than the padded input along
+    either axis (with strides above 1 too, where the padded size falls short by less than a stride), a
     bytes_per_elem that is not a positive int."""
     good = {"matmul": (4, 5, 6), "add": (3, 4), "conv2d": (1, 3, 8, 8, 4, 3, 3, 1, 1)}
     calls = [call(op, (4, 4, 4), 4) for op in ("mul", "Matmul", "MATMUL", "matmul ", "Add", "conv", "conv2D", "")]
     calls += [call("matmul", (4, 4), 4), call("matmul", (4, 4, 4, 4), 4), call("add", (), 4),
               call("conv2d", (1, 3, 8, 8, 4, 3, 3, 1), 4), call("conv2d", (1, 3, 8, 8, 4, 3, 3, 1, 1, 0), 4)]
     for op, shape in good.items():
-        place = rng.randrange(len(shape))
-        for other in (4.0, np.float64(4.0), "4", None, True):
-            spoilt = list(shape)
-            spoilt[place] = other
-            calls.append(call(op, tuple(spoilt), 4))
+        for place in range(len(shape)):  # every place, the padding too
+            for other in (4.0, np.float64(4.0), "4", None, True):
+                spoilt = list(shape)
+                spoilt[place] = other
+                calls.append(call(op, tuple(spoilt), 4))
         for b in (0, -rng.randint(1, 8), 2.0, True, "4", None, np.float64(4.0), np.int64(0)):
             calls.append(call(op, shape, b))
         below = op != "conv2d" and range(len(shape)) or range(8)  # sizes and stride; the padding apart
         spoilt = list(shape)
         spoilt[rng.choice(list(below))] = rng.choice([0, -rng.randint(1, 9)])
         calls.append(call(op, _ints(rng, spoilt), 4))
+        spoilt = list(shape)  # two sizes below 1 at once: their product is positive
+        for place in rng.sample(list(below), 2):
+            spoilt[place] = -rng.randint(1, 9)
+        calls.append(call(op, _ints(rng, spoilt), 4))
+    calls += [call("add", (-3, -4), 4), call("matmul", (-2, -3, 4), 4), call("matmul", (5, -1, -1), 2),
+              call("conv2d", (-1, 3, 8, 8, -4, 3, 3, 1, 1), 4)]
     for place in range(8):  # every size and the stride of a convolution, one at a time
         spoilt = list(good["conv2d"])
         spoilt[place] = 0
@@ -154,7 +180,18 @@ def draw_bad(rng):
     calls += [call("conv2d", (1, 3, 8, 8, 4, 3, 3, 1, -1), 4),
               call("conv2d", (1, 2, r - 2 * pad - 1, 9, 2, r, 1, 1, pad), 4),    # no output row
               call("conv2d", (1, 2, 9, s - 2 * pad - 1, 2, 1, s, 1, pad), 4),    # no output column
-              call("conv2d", _ints(rng, (2, 3, 2, 2, 4, 5, 5, 1, 1)), 4)]
+              call("conv2d", _ints(rng, (2, 3, 2, 2, 4, 5, 5, 1, 1)), 4),
+              # no output with a stride above 1: (H + 2 padding - R) / stride is between -1 and 0, and int() of it is 0
+              call("conv2d", (1, 1, 2, 2, 1, 5, 5, 2, 1), 4), call("conv2d", (1, 1, 9, 2, 1, 3, 5, 2, 1), 2),
+              call("conv2d", (1, 1, 2, 9, 1, 5, 3, 3, 1), 4),
+              # a negative stride, the kernel exactly the padded input: (H + 2 padding - R) // stride is 0
+              call("conv2d", (1, 3, 3, 3, 4, 3, 3, -1, 0), 4), call("conv2d", (2, 2, 1, 1, 2, 3, 3, -2, 1), 2)]
+    for _ in range(3):
+        stride, r, s = rng.randint(2, 5), rng.randint(3, 9), rng.randint(3, 9)
+        pad = rng.randint(0, (min(r, s) - 2) // 2)
+        short = rng.randint(1, min(stride - 1, r - 2 * pad - 1))  # the padded height short of the kernel by 1 to stride - 1
+        calls.append(call("conv2d", _ints(rng, (1, 2, r - 2 * pad - short, s - 2 * pad + rng.randint(0, 9), 2, r, s, stride, pad)), 4))
+        calls.append(call("conv2d", _ints(rng, (1, 2, r - 2 * pad, s - 2 * pad, 2, r, s, -rng.randint(1, 5), pad)), 4))
     return [c for c in calls if _raises(c)]
 
 
@@ -213,6 +250,8 @@ HIDDEN = {_AI: [
          observe_intensity_calls, judge_intensity_calls, draw=draw_conv),
     Case("bad arguments: ValueError for an unknown op, a wrong shape, sizes below 1, no output, bad bytes_per_elem",
          observe_intensity_calls, judge_intensity_calls, draw=draw_bad),
+    Case("conv2d with a height or width above 2**53: the output size floors in exact integers",
+         observe_intensity_calls, judge_intensity_calls, draw=draw_huge_conv),
 ]}
 
 
@@ -228,10 +267,15 @@ def reference_attainable(intensity, peak_flops, bandwidth):
     return min(peak_flops, intensity * bandwidth)
 
 
+def _exact(v):
+    return Fraction(int(v)) if isinstance(v, numbers.Integral) else Fraction(float(v))
+
+
 def reference_bound(intensity, peak_flops, bandwidth):
+    """The text's comparison, exactly: intensity * bandwidth as a fraction, not a product rounded to a float."""
     if not all(_positive_finite(v) for v in (intensity, peak_flops, bandwidth)):
         raise ValueError("not three positive finite numbers")
-    return "memory" if intensity * bandwidth < peak_flops else "compute"
+    return "memory" if _exact(intensity) * _exact(bandwidth) < _exact(peak_flops) else "compute"
 
 
 def _apart(rng, memory):
@@ -239,10 +283,28 @@ def _apart(rng, memory):
     return memory * 10 ** rng.uniform(0.05, 3) if rng.random() < 0.5 else memory / 10 ** rng.uniform(0.05, 3)
 
 
+def _near_ridge(rng):
+    """Just off the ridge, on both sides: ints above 2**53 one unit away (where a float rounds the product, or
+    the ratio peak / bandwidth, onto the ridge), and floats a relative 1e-12 away whose product intensity *
+    bandwidth is exact in floats (a dyadic intensity of at most 12 bits times a bandwidth of at most 40)."""
+    calls = [call(1, 2 ** 53 + 2, 2 ** 53 + 1), call(3, 3 * 2 ** 53 + 4, 2 ** 53 + 1),   # 'memory' by one FLOP/s
+             call(3, 3 * 2 ** 53 + 2, 2 ** 53 + 1), call(1, 2 ** 53, 2 ** 53 + 1),        # 'compute' by one
+             call(1.0, 1e12, 1e12 * (1 - 1e-12)), call(1.0, 1e12 * (1 - 1e-12), 1e12)]
+    for _ in range(4):
+        intensity, bandwidth = rng.randint(1, 64), rng.randint(2 ** 53 + 1, 2 ** 55)
+        calls.append(call(intensity, intensity * bandwidth + rng.choice([1, -1]), bandwidth))
+    for _ in range(4):
+        intensity = rng.randint(1, 4096) / 2 ** rng.randint(0, 6)
+        bandwidth = rng.randint(1, 2 ** 40) * 2.0 ** rng.randint(-10, 10)
+        calls.append(call(intensity, intensity * bandwidth * (1 + rng.choice([1e-12, -1e-12])), bandwidth))
+    return calls
+
+
 def draw_roofs(rng):
-    """Intensities, peaks and bandwidths over many orders of magnitude, memory- and compute-bound; ints
-    (above 2**53 too) and floats (NumPy's among them) for each of the three."""
-    calls = []
+    """Just off the ridge first (ints above 2**53 one unit away, floats a relative 1e-12 away), then
+    intensities, peaks and bandwidths over many orders of magnitude, memory- and compute-bound; ints (above
+    2**53 too) and floats (NumPy's among them) for each of the three."""
+    calls = _near_ridge(rng)
     for i in range(30):
         intensity, bandwidth = 10 ** rng.uniform(-3, 4), 10 ** rng.uniform(8, 13)
         peak = _apart(rng, intensity * bandwidth)
@@ -269,8 +331,13 @@ def draw_roofs(rng):
 
 def draw_ridge(rng):
     """Exactly at the ridge, where intensity * bandwidth == peak_flops and peak_flops / bandwidth ==
-    intensity both hold exactly: powers of two and small dyadic floats, and ints whose product is exact."""
+    intensity both hold exactly: powers of two and small dyadic floats, and ints whose product is exact, above
+    2**53 too (where a float would round the product)."""
     calls = [call(2.0 ** e, 2.0 ** (e + f), 2.0 ** f) for e, f in ((-3, 30), (0, 40), (5, 35), (11, 41))]
+    calls += [call(3, 3 * 2 ** 53 + 3, 2 ** 53 + 1), call(7, 7 * (2 ** 54 + 3), 2 ** 54 + 3)]
+    for _ in range(3):
+        intensity, bandwidth = rng.randint(1, 64), rng.randint(2 ** 53 + 1, 2 ** 55)
+        calls.append(call(intensity, intensity * bandwidth, bandwidth))
     for _ in range(6):
         intensity = rng.randint(1, 4096) / 2 ** rng.randint(0, 6)
         bandwidth = rng.randint(1, 4000) * 2.0 ** rng.randint(20, 34)
@@ -283,8 +350,9 @@ def draw_ridge(rng):
 
 def draw_roof_bad(rng):
     """Each of the three arguments, one at a time, zero (int and float), negative, infinite either way,
-    NaN, a bool, a str and None; the other two valid."""
-    bad = [0, 0.0, -1.0, -rng.randint(1, 10 ** 6), math.inf, -math.inf, math.nan, True, False, "10", None]
+    NaN, a bool (NumPy's too), a str and None; the other two valid."""
+    bad = [0, 0.0, -1.0, -rng.randint(1, 10 ** 6), math.inf, -math.inf, math.nan, True, False, np.True_, np.False_,
+           "10", None]
     calls = []
     for place in range(3):
         for value in bad:
@@ -316,7 +384,8 @@ def _roof_verdict(name, spec, got, reference):
             return f"{where} returned {value!r}: return 'memory' or 'compute'"
         if value != want:
             intensity, peak, bandwidth = rebuild(spec["args"])
-            label = " (at the ridge point the roof is flat: 'compute')" if intensity * bandwidth == peak else ""
+            at_ridge = _exact(intensity) * _exact(bandwidth) == _exact(peak)
+            label = " (at the ridge point the roof is flat: 'compute')" if at_ridge else ""
             return f"{where} returned {value!r}: the wrong side of the roof{label}"
         return None
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
@@ -364,8 +433,8 @@ CLAUSES = {
         "matmul (M, K, N): an M x K matrix times a K x N matrix, any sizes": [_PUBLIC_MATMUL, _H[0].name],
         "add: 1 FLOP per output element, on a shape of one or more dimensions": [_PUBLIC_ADD, _H[1].name],
         "conv2d (N, C, H, W, K, R, S, stride, padding): the output size rounded down as nn.Conv2d, no bias":
-            [_PUBLIC_CONV, _H[2].name],
-        "shapes hold any integers (NumPy ints, counts above 2**53)": [_H[0].name, _H[1].name, _H[2].name],
+            [_PUBLIC_CONV, _H[2].name, _H[4].name],
+        "shapes hold any integers (NumPy ints, counts above 2**53)": [_H[0].name, _H[1].name, _H[2].name, _H[4].name],
         "ValueError for another op, a shape of the wrong length or holding anything but ints": [_H[3].name],
         "ValueError for a size or stride below 1, a padding below 0": [_H[3].name],
         "ValueError for a kernel larger than the padded input (no output)": [_H[3].name],

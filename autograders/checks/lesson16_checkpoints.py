@@ -21,7 +21,10 @@ from gpucourse.checks.lesson16_checkpoints import describe_layout, shown_result
 # The text's rule: a name that is exactly step_ followed by ASCII digits 0-9, leading zeros allowed. So step_007
 # counts, as N = 7, and the path returned is that folder's own (root / "step_007"); where step_7 and step_007
 # are both complete and the largest, either is right (the text says so). Non-ASCII decimal digits (step_٩٩,
-# which int() reads as 99) are drawn as lookalikes to ignore. A .metadata that is a folder is not drawn.
+# which int() reads as 99) and step_99 followed by a newline (which re.match with $ accepts) are drawn as lookalikes
+# to ignore. Complete means a .metadata *file* inside: a folder named .metadata, or only a .metadata.tmp, does not
+# make a folder complete; an empty .metadata file does (layout entries step_9/.metadata, step_9/.metadata.tmp and
+# a complete of "empty").
 
 STEP_NAME = re.compile(r"step_([0-9]+)")
 
@@ -56,9 +59,13 @@ def _why(layout, name) -> str:
         return f" (root / {name!r} does not exist: return the path of the folder as it is named)"
     _, kind, complete, _ = entry
     if kind != "dir" or not STEP_NAME.fullmatch(name):
-        return f" ({name} is not a folder named exactly step_ followed by decimal digits: ignore it)"
+        return f" ({name!r} is not a folder named exactly step_ followed by decimal digits: ignore it)"
     if not complete:
+        if any(other.startswith(name + "/.metadata") for other in entries):
+            return f" ({name} holds no .metadata file (a folder named .metadata or a .metadata.tmp is not one): it is not complete)"
         return f" ({name} has no .metadata of its own: its save never completed)"
+    if any(e[2] == "empty" for e in entries.values() if e[0] in reference_latest(layout)):
+        return " (an empty .metadata file is still a .metadata file: the folder with the largest N holding one counts)"
     return " (not the largest N, compared as numbers, whatever the names' text or modification times)"
 
 
@@ -137,13 +144,13 @@ def draw_generated(rng):
 def _lookalikes(n):
     return [f"step_{n}.tmp", f"step_{n}_old", f"step_{n}_tmp", f"Step_{n}", f"STEP_{n}", f"ckpt_{n}", f"step{n}",
             f"step-{n}", f"step__{n}", f" step_{n}", f"step_{n} ", f"step_ {n}", f"step_+{n}", f"step_{n}.0",
-            f"step_{n}e3", f"step_1_{n:03d}", f"step_0x{n}", f"step_{n}/", "step_", "step_x", "latest"]
+            f"step_{n}e3", f"step_1_{n:03d}", f"step_0x{n}", f"step_{n}/", f"step_{n}\n", "step_", "step_x", "latest"]
 
 
 def draw_lookalikes(rng):
     """Names that are not exactly step_ followed by ASCII digits, complete and with larger N than the answer
-    (step_7_tmp, Step_7, step_+7, "step_7 ", step_1_000 which int() reads as 1000, step_7.0, step_٩٩ with non-ASCII
-    digits...), step_-1 as the only complete one, and step_<N> files."""
+    (step_7_tmp, Step_7, step_+7, "step_7 ", "step_99\n", step_1_000 which int() reads as 1000, step_7.0, step_٩٩
+    with non-ASCII digits...), step_-1 as the only complete one, and step_<N> files."""
     layouts = [
         _layout(rng, [["step_-1", "dir", True, 1], ["step_2", "dir", False, 2]]),
         _layout(rng, [["step_-5", "dir", True, 1], ["step_3", "dir", True, 50]]),
@@ -152,6 +159,7 @@ def draw_lookalikes(rng):
         _layout(rng, [["Step_7", "dir", True, 1], ["step_6", "dir", True, 50]]),
         _layout(rng, [["step_80", "file", False, 1], ["step_8", "dir", True, 50]]),
         _layout(rng, [["step_٩٩", "dir", True, 1], ["step_12", "dir", True, 50]]),  # Arabic-Indic 99: not ASCII
+        _layout(rng, [["step_99\n", "dir", True, 1], ["step_12", "dir", True, 50]]),  # re.match's $ allows a final newline
     ]
     for _ in range(8):
         answer = rng.randint(0, 500)
@@ -207,6 +215,29 @@ def draw_leading_zeros(rng):
     return layouts
 
 
+def draw_metadata(rng):
+    """Complete means a .metadata file in the folder itself: a folder named .metadata or only a .metadata.tmp (with
+    the largest N) does not count, an empty .metadata file does; then drawn N for each, and None when only such
+    folders are there."""
+    layouts = [
+        _layout(rng, [["step_9", "dir", False, 1], ["step_9/.metadata", "dir", False, 1], ["step_3", "dir", True, 50]]),
+        _layout(rng, [["step_9", "dir", False, 1], ["step_9/.metadata.tmp", "file", False, 1], ["step_3", "dir", True, 50]]),
+        _layout(rng, [["step_9", "dir", "empty", 50], ["step_3", "dir", True, 1]]),
+        _layout(rng, [["step_4", "dir", False, 1], ["step_4/.metadata", "dir", False, 1],
+                      ["step_2", "dir", False, 2], ["step_2/.metadata.tmp", "file", False, 2]]),
+        _layout(rng, [["step_1", "dir", "empty", 5]]),
+    ]
+    for _ in range(6):
+        answer = rng.randint(0, 10**4)
+        larger = answer + rng.randint(1, 10**4)
+        smaller = rng.randint(0, answer)
+        inside = rng.choice([[f"step_{larger}/.metadata", "dir", False, 1], [f"step_{larger}/.metadata.tmp", "file", False, 1]])
+        entries = [[f"step_{answer}", "dir", rng.choice([True, "empty"]), 10**6], [f"step_{larger}", "dir", False, 1], inside,
+                   [f"step_{smaller}", "dir", True, 10**5]]
+        layouts.append(_layout(rng, list({e[0]: e for e in entries}.values())))
+    return layouts
+
+
 def draw_none(rng):
     """None: nothing complete, an empty root, a root that does not exist (as a Path, a str, a str ending in /),
     only files and lookalikes complete."""
@@ -230,6 +261,8 @@ HIDDEN = {"latest_complete_checkpoint": [
          draw=draw_leading_zeros),
     Case("nothing complete, an empty root, a missing root (as a Path or a str): None", observe_layout_calls,
          judge_layouts, draw=draw_none),
+    Case("complete means a .metadata file: not a folder named .metadata, not a .metadata.tmp alone; an empty one counts",
+         observe_layout_calls, judge_layouts, draw=draw_metadata),
 ]}
 
 
@@ -281,11 +314,16 @@ def _fair_calls(rng, make, count):
 
 
 def draw_scales(rng):
-    """Every scale of save time, MTBF and step time, ints, floats and numpy floats; integers above 2**53."""
+    """Every scale of save time, MTBF and step time, ints, floats and numpy floats; integers above 2**53; small ints
+    whose square root is not whole (sqrt(8) is nearer 3 than 2); results of 10**5 to 10**9 steps, where a float32
+    computation is off by one or more."""
     big = 2**53 + rng.randint(1, 10**6)
     named = [(60, 86400, 2.0), (60.0, 86400.0, 2), (10, 3600, 30), (1, 1, 1.0), (big, 3, 2**40), (7, big, 10**6),
-             (2**60 + 1, 2**62 + 3, 2**55 + 5), (0.25, 8.0, 1), (300, 10**7, 0.5)]
+             (2**60 + 1, 2**62 + 3, 2**55 + 5), (0.25, 8.0, 1), (300, 10**7, 0.5), (1, 4, 1), (1, 7, 1), (3, 26, 1),
+             (418.7676499077862, 2804425.486107992, 0.0295214568264605)]
     calls = [call(*args) for args in named if _fair(*args)]
+    calls += _fair_calls(rng, lambda: (rng.randint(1, 100), rng.randint(1, 1000), rng.randint(1, 4)), 8)
+    calls += _fair_calls(rng, lambda: (_value(rng, 0, 3), _value(rng, 4, 8), _value(rng, -3, 0, rng.choice(["float", "numpy"]))), 12)
     calls += _fair_calls(rng, lambda: (_value(rng, -2, 3), _value(rng, 1, 7), _value(rng, -2, 3)), 30)
     calls += _fair_calls(rng, lambda: (_value(rng, 15.96, 20, "int"), _value(rng, 0, 6, "int"), _value(rng, 6, 12, "int")), 5)
     return calls
@@ -350,11 +388,13 @@ CLAUSES = {
         "only folders count (files named step_<N> are ignored)": [_L[1], _L[4]],
         "only folders directly under root count (nested layouts)": [_L[2]],
         "the name is exactly step_ followed by ASCII digits 0-9; anything else is ignored "
-        "(step_12.tmp, step_3_old, ckpt_9, Step_4, step_, latest, step_-1, step_+7, step_7_tmp, step_٩٩)": [PUBLIC_LATEST, _L[1]],
+        "(step_12.tmp, step_3_old, ckpt_9, Step_4, step_, latest, step_-1, step_+7, step_7_tmp, step_٩٩, step_99 and a newline)":
+            [PUBLIC_LATEST, _L[1]],
         "N is the digits read as a number, leading zeros allowed (step_007 counts, as 7)": [_L[3]],
         "a folder with leading zeros is returned as it is named (root / 'step_007'); on a tie for the largest N "
         "(step_7 and step_007) either": [_L[3]],
-        "complete means the folder itself holds a .metadata file; others never count": [PUBLIC_LATEST, _L[0], _L[2]],
+        "complete means the folder itself holds a .metadata file; others never count":
+            [PUBLIC_LATEST, _L[0], _L[2], _L[5]],
         "newest is the largest N as a number (step_9 < step_10 < step_100, N of any size), "
         "not the largest name as text nor the most recently modified": [PUBLIC_LATEST, _L[0]],
         "None when no folder is complete, when root is empty, and when root does not exist": [PUBLIC_LATEST, _L[4]],

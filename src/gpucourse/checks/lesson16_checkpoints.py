@@ -15,9 +15,9 @@ ASSIGNMENT = "lesson16_checkpoints"  # the course folder this module's exercises
 
 # A layout: {"entries": [[path, kind, complete, age], ...], "root": how the root is given, "missing": bool}.
 # path: relative to the root, "/"-separated (a nested one makes its parent folders, without .metadata);
-# kind "dir" or "file"; complete: a .metadata file inside (dirs only); age: seconds before now of the entry's
-# modification time (smaller = more recently modified). root: "path" (a pathlib.Path), "str", or "str/" (a str
-# ending in a slash). missing: the root does not exist (entries ignored).
+# kind "dir" or "file"; complete: a .metadata file inside (dirs only; "empty": an empty .metadata file); age:
+# seconds before now of the entry's modification time (smaller = more recently modified). root: "path" (a
+# pathlib.Path), "str", or "str/" (a str ending in a slash). missing: the root does not exist (entries ignored).
 # Each public layout with the answer the text gives ("name": the folder under the root, or None) and, for the
 # wrong picks a student is likely to make, why they are wrong.
 PUBLIC_LAYOUTS = [
@@ -36,6 +36,15 @@ PUBLIC_LAYOUTS = [
 ]
 
 
+def _shown_entry(name, kind, complete) -> str:
+    shown = name if name.isprintable() else repr(name)  # a name holding a newline, quoted
+    if kind != "dir":
+        return f"{shown} (a file)"
+    if name.rsplit("/", 1)[-1] == ".metadata":
+        return f"{shown}/ (a folder)"
+    return f"{shown}/ ({'complete: an empty .metadata' if complete == 'empty' else 'complete' if complete else 'no .metadata'})"
+
+
 def describe_layout(layout) -> str:
     """A layout in words, for messages."""
     if layout.get("missing"):
@@ -43,8 +52,7 @@ def describe_layout(layout) -> str:
     entries = layout["entries"]
     if not entries:
         return "an empty root folder"
-    parts = [f"{name}/ ({'complete' if complete else 'no .metadata'})" if kind == "dir" else f"{name} (a file)"
-             for name, kind, complete, _ in entries]
+    parts = [_shown_entry(name, kind, complete) for name, kind, complete, _ in entries]
     shown = ", ".join(parts)
     return "root holding " + (shown if len(shown) < 400 else shown[:396] + " ...")
 
@@ -63,7 +71,7 @@ def build_layout(root, entries) -> None:
             path.mkdir(exist_ok=True)
             (path / "__0_0.distcp").write_bytes(b"\0" * 16)
             if complete:
-                (path / ".metadata").write_bytes(b"\0" * 8)
+                (path / ".metadata").write_bytes(b"" if complete == "empty" else b"\0" * 8)
         else:
             path.write_text("step_0\n")
     for name, kind, complete, age in entries:  # after every file is written: writing inside a folder touches it
