@@ -4,7 +4,8 @@ Every hidden case draws its inputs at grading time (``Case.draw``, a generator s
 the grader's side): model specs and arguments for ``training_bytes``, block stacks and budgets for
 ``choose_segments``, boundaries first, then random ones from the whole domain the exercise's text
 states. The observers build the models and stacks the specs describe in the sandbox
-(``gpucourse.checks.lesson12_memory``), call the answer and report what it returned or raised; the judges
+(``gpucourse.checks.lesson12_memory``; ``observe_odd_stacks`` builds stacks of other blocks itself, and the
+judges call it to build the same ones), call the answer and report what it returned or raised; the judges
 rebuild the same models and stacks here and compute the expected values with the references below,
 which exist on the grader's side only (the public module stores its few expected values as literals).
 """
@@ -184,14 +185,15 @@ def draw_zero(rng):
 
 def draw_bad_arguments(rng):
     """Each way out of the domain, named values first: recipes other than the three strings (another case,
-    spaces, 'fp16', None, a number): ValueError; int stages other than 0-3 (4, -1, huge) and int world sizes
-    below 1 (0, -2, huge): ValueError; stages and world sizes that are not ints (1.5, 2.0, '1', None, True,
-    False, a NumPy integer): TypeError; then random ones."""
+    spaces, 'fp16', None, a number, a list or a set holding a recipe: unhashable, ValueError all the same):
+    ValueError; int stages other than 0-3 (4, -1, huge) and int world sizes below 1 (0, -2, huge): ValueError;
+    stages and world sizes that are not ints (1.5, 2.0, '1', None, True, False, a NumPy integer): TypeError,
+    even where a value check would also refuse them (False < 1); then random ones."""
     import numpy
 
     spec = {"widths": [5, 3], "seed": 0}
     bad = []
-    for recipe in ("fp16", "FP32", "Amp", "bf16 ", "", None, 32, "float32"):
+    for recipe in ("fp16", "FP32", "Amp", "bf16 ", "", None, 32, "float32", ["fp32"], {"fp32"}):
         bad.append(call(recipe, 0, 1))
     for stage in (4, -1, 1.5, "1", None, 10 ** 20, 3.5):
         bad.append(call(rng.choice(RECIPES), stage, 2))
@@ -209,8 +211,10 @@ def draw_bad_arguments(rng):
     for stage in (True, False, numpy.int64(2), 2.0):
         calls.append({"spec": spec, "device": "meta", **call("fp32", stage, 3)})
         calls.append({"spec": spec, "device": "meta", **call("amp", stage=stage, world_size=2)})
-    for world in (True, numpy.int64(3), 4.0):
+    # False is below 1 as well: the type is checked first, TypeError all the same
+    for world in (True, False, numpy.int64(3), 4.0):
         calls.append({"spec": spec, "device": "meta", **call("bf16", 3, world)})
+    calls.append({"spec": spec, "device": "meta", **call("fp32", stage=False, world_size=False)})
     return calls
 
 
@@ -280,11 +284,18 @@ def reference_plan_bytes(spec: dict) -> list[int]:
     """The saved bytes of every plan k = 1..n of the spec's stack, as the text defines them: the distinct
     storages a saved_tensors_hooks pack hook receives during checkpoint_sequential(blocks, k, x,
     use_reentrant=False), each once, the blocks' parameters left out."""
+    with global_rng():  # build_stack seeds torch's global generator
+        blocks, x = build_plan_inputs(spec)
+    return measured_plan_bytes(blocks, x)
+
+
+def measured_plan_bytes(blocks, x, *, element_bytes=False) -> list[int]:
+    """The saved bytes of every plan k = 1..n of ``blocks`` on ``x`` (see ``reference_plan_bytes``).
+    ``element_bytes``: a misreading instead, numel * element_size of each distinct data pointer (a view of a
+    wider tensor counts small), used only to find budgets where the two readings pick different plans."""
     import torch
     from torch.utils.checkpoint import checkpoint_sequential
 
-    with global_rng():  # build_stack seeds torch's global generator
-        blocks, x = build_plan_inputs(spec)
     params = {(str(p.device), p.untyped_storage().data_ptr()) for p in blocks.parameters()}
     out = []
     for k in range(1, len(blocks) + 1):
@@ -293,7 +304,10 @@ def reference_plan_bytes(spec: dict) -> list[int]:
         def pack(t):
             key = (str(t.device), t.untyped_storage().data_ptr())
             if key not in params:
-                storages[key] = t.untyped_storage().nbytes()
+                if element_bytes:
+                    storages[(str(t.device), t.data_ptr())] = t.numel() * t.element_size()
+                else:
+                    storages[key] = t.untyped_storage().nbytes()
             return t
 
         with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
@@ -450,6 +464,188 @@ def draw_dtypes(rng):
     return _stacks(specs, lambda spec, plan_bytes: _budgets_between(rng, plan_bytes, 2))
 
 
+def observe_odd_stacks(ns, stacks):
+    """For each ``{"spec", "budgets"}`` of an odd stack (``spec["blocks"]``: ["mlp", a, h, b] a nested
+    Sequential(Linear(a, h), GELU(), Linear(h, b)); ["id", w] an Identity; ["linear", a, b]; ["head", a, wide, w]
+    a Linear(a, wide) and a GELU whose output's first w columns go on, a view of the wider tensor), in
+    ``spec["mode"]``: "train", "eval", or "mixed" (train, the modules listed in ``spec["eval"]`` in eval mode):
+    build it, call the answer with each budget and report, as ``observe_plans`` does, what it returned or
+    raised, whether the parameters came back untouched and without gradients, and whether every module's
+    training flag is what it was. With ``ns`` None (the judge's side) it returns the built (blocks, x) instead:
+    the sandbox and the grader build the stacks with this one function."""
+    import torch
+    from torch import nn
+
+    class Head(nn.Module):
+        def __init__(self, a, wide, w):
+            super().__init__()
+            self.lin, self.w = nn.Linear(a, wide), w
+
+        def forward(self, x):
+            return nn.functional.gelu(self.lin(x))[:, :self.w]
+
+    def build(spec):
+        torch.manual_seed(spec["seed"])
+        blocks = []
+        for kind, *sizes in spec["blocks"]:
+            if kind == "mlp":
+                blocks.append(nn.Sequential(nn.Linear(sizes[0], sizes[1]), nn.GELU(), nn.Linear(sizes[1], sizes[2])))
+            elif kind == "id":
+                blocks.append(nn.Identity())
+            elif kind == "linear":
+                blocks.append(nn.Linear(sizes[0], sizes[1]))
+            else:
+                blocks.append(Head(*sizes))
+        blocks = nn.Sequential(*blocks)
+        if spec["mode"] == "eval":
+            blocks.eval()
+        for name in spec.get("eval", []):
+            blocks.get_submodule(name).eval()
+        g = torch.Generator().manual_seed(spec["seed"] + 1)
+        x = torch.randn(spec["batch"], spec["blocks"][0][1], generator=g)
+        return blocks, x.requires_grad_(bool(spec.get("x_grad")))
+
+    if ns is None:
+        return [build(stack["spec"]) for stack in stacks]
+
+    from gpucourse.checks import AnswerError, answer
+    from gpucourse.checks.values import describe, rebuild
+
+    fn = answer(ns, "choose_segments")
+    out = []
+    for stack in stacks:
+        blocks, x = build(stack["spec"])
+        before = [p.detach().clone() for p in blocks.parameters()]
+        modes = [(name, m.training) for name, m in blocks.named_modules()]
+        rows = []
+        for budget in stack["budgets"]:
+            row = {}
+            try:
+                row["returned"] = describe(fn(blocks, x, rebuild(budget)))
+            except (AnswerError, NotImplementedError):
+                raise
+            except Exception as error:  # noqa: BLE001 - reported by name
+                row["raised"] = [k.__name__ for k in type(error).__mro__]
+            row["unchanged"] = all(torch.equal(a, p) for a, p in zip(before, blocks.parameters()))
+            row["no_grads"] = all(p.grad is None for p in blocks.parameters())
+            row["modes_kept"] = [(name, m.training) for name, m in blocks.named_modules()] == modes
+            rows.append(row)
+        out.append(rows)
+    return out
+
+
+def odd_plan_bytes(spec, *, element_bytes=False) -> list[int]:
+    with global_rng():  # the builder seeds torch's global generator
+        [(blocks, x)] = observe_odd_stacks(None, [{"spec": spec}])
+        return measured_plan_bytes(blocks, x, element_bytes=element_bytes)
+
+
+def describe_odd(spec: dict) -> str:
+    words = {"mlp": "Sequential(Linear, GELU, Linear)", "id": "Identity", "linear": "Linear",
+             "head": "a view of a wider GELU output"}
+    mode = (f"in {spec['mode']} mode" if spec["mode"] != "mixed"
+            else f"in train mode but blocks {', '.join(spec['eval'])} in eval mode")
+    return (f"{len(spec['blocks'])} blocks ({', '.join(words[b[0]] for b in spec['blocks'])}), batch {spec['batch']}, "
+            f"{mode}{', x requires grad' if spec.get('x_grad') else ''}")
+
+
+def _by_cost_bytes_then_more_segments(plan_bytes, budget):
+    n = len(plan_bytes)
+    fits = [k for k in range(1, n + 1) if plan_bytes[k - 1] <= budget]
+    return min(fits, key=lambda k: (recompute_cost(n, k), plan_bytes[k - 1], -k)) if fits else None
+
+
+def _odd_spec(rng, blocks, mode=None):
+    spec = {"blocks": blocks, "batch": rng.randint(1, 12), "seed": rng.randint(0, 999), "x_grad": rng.random() < 0.5,
+            "mode": mode or rng.choice(["train", "eval", "mixed"])}
+    if spec["mode"] == "mixed":
+        spec["eval"] = sorted(rng.sample([str(i) for i in range(len(blocks))], rng.randint(1, len(blocks))))
+    return spec
+
+
+def _tie_blocks(rng):
+    """A nested block, an Identity (its output is its input: two plans keep the same storages), two more:
+    2 and 3 segments recompute 2 blocks each and save the same bytes; more blocks behind them sometimes."""
+    w, h = rng.randint(2, 24), rng.randint(32, 96)
+    blocks = [["mlp", w, h, w], ["id", w], ["linear", w, w], ["linear", w, w]]
+    return blocks + [["linear", w, w] for _ in range(rng.choice([0, 0, 1, 2]))]
+
+
+def _view_blocks(rng):
+    """Linear layers and blocks that pass on a view of a wider output (its storage is the wider tensor's)."""
+    blocks, w = [], rng.randint(2, 16)
+    for i in range(rng.randint(3, 7)):
+        if i % 2:
+            out = rng.randint(2, 16)
+            blocks.append(["head", w, out + rng.randint(16, 64), out])
+        else:
+            out = rng.randint(2, 16)
+            blocks.append(["linear", w, out])
+        w = out
+    return blocks
+
+
+def draw_odd_blocks(rng):
+    """Other blocks than Linear + activation: stacks where two plans of the lowest cost save the same bytes
+    under budgets where they both fit (the fewest segments decide), and stacks whose blocks pass on views of
+    wider tensors under budgets where a view's own elements and its storage's bytes pick different plans."""
+    stacks = []
+    for _ in range(2):
+        for _ in range(10):
+            spec = _odd_spec(rng, _tie_blocks(rng))
+            plan_bytes = odd_plan_bytes(spec)
+            ties = [b for b in sorted(set(plan_bytes))
+                    if reference_choice(plan_bytes, b) != _by_cost_bytes_then_more_segments(plan_bytes, b)]
+            if ties:
+                break
+        stacks.append({"spec": spec, "budgets": sorted(rng.sample(ties, min(2, len(ties)))) if ties
+                       else sorted(set(plan_bytes))})
+    for _ in range(2):
+        for _ in range(10):
+            spec = _odd_spec(rng, _view_blocks(rng))
+            plan_bytes, small = odd_plan_bytes(spec), odd_plan_bytes(spec, element_bytes=True)
+            levels = sorted(set(plan_bytes + small + [b - 1 for b in plan_bytes]))
+            split = [b for b in levels if reference_choice(plan_bytes, b) != reference_choice(small, b)]
+            if split:
+                break
+        stacks.append({"spec": spec, "budgets": sorted(rng.sample(split, min(3, len(split)))) if split
+                       else sorted(set(plan_bytes))})
+    return stacks
+
+
+def draw_modes(rng):
+    """Odd stacks in train mode, in eval mode and in train mode with some blocks in eval mode, under budgets at
+    and between their plans' bytes: after the call every module is in the mode it was in."""
+    stacks = []
+    for mode in ["train", "eval", "mixed", rng.choice(["train", "eval", "mixed"])]:
+        spec = _odd_spec(rng, rng.choice([_tie_blocks, _view_blocks])(rng), mode)
+        stacks.append({"spec": spec, "budgets": _budgets_between(rng, odd_plan_bytes(spec), 2)})
+    return stacks
+
+
+def judge_odd_stacks(label):
+    """A judge ``judge(observed, stacks)``: rebuild each odd stack here, measure its plans, apply the rule,
+    then check that every module's training mode was left as it was."""
+    def judge(observed, stacks):
+        if not isinstance(observed, list) or len(observed) != len(stacks):
+            return f"expected answers for {len(stacks)} stacks, got {len(observed) if isinstance(observed, list) else 'none'}"
+        for i, (stack, rows) in enumerate(zip(stacks, observed)):
+            budgets = [rebuild(b) for b in stack["budgets"]]
+            if not isinstance(rows, list) or len(rows) != len(budgets):
+                return f"{label} {i + 1}: expected {len(budgets)} answers"
+            plan_bytes = odd_plan_bytes(stack["spec"])
+            for budget, row in zip(budgets, rows):
+                where = f"{label} {i + 1} ({describe_odd(stack['spec'])}), budget {budget} bytes"
+                found = plan_verdict(row, reference_choice(plan_bytes, budget), where, len(plan_bytes))
+                if found:
+                    return found
+                if row.get("modes_kept") is not True:
+                    return (f"{where}: leave the blocks as they were: a module's training mode (train() or eval()) "
+                            "is not what it was before the call")
+        return None
+    return judge
+
+
 def observe_stack_calls(ns, stacks):
     from gpucourse.checks.lesson12_memory import observe_plans
 
@@ -488,6 +684,10 @@ HIDDEN["choose_segments"] = [
          draw=draw_one_block),
     Case("other dtypes (float64, bfloat16), inputs with and without requires_grad", observe_stack_calls,
          judge_stack_calls("stack"), draw=draw_dtypes),
+    Case("other blocks (nested, Identity, views of wider outputs): each storage's whole bytes; equal cost and "
+         "bytes: the fewest segments", observe_odd_stacks, judge_odd_stacks("stack"), draw=draw_odd_blocks),
+    Case("blocks in train mode, eval mode or a mix: each module left in its mode", observe_odd_stacks,
+         judge_odd_stacks("stack"), draw=draw_modes),
 ]
 
 _T, _C = HIDDEN["training_bytes"], HIDDEN["choose_segments"]
@@ -511,25 +711,29 @@ CLAUSES = {
             [T_PUBLIC[1], _T[3].name],
         "a sharded quantity of n elements: ceil(n / world_size) per rank (params shard P, grads and state P_t)":
             [_T[3].name],
-        "ValueError for a recipe other than the three strings 'fp32', 'amp', 'bf16'": [_T[4].name],
+        "ValueError for a recipe other than the three strings 'fp32', 'amp', 'bf16' (of any type, unhashable too)":
+            [_T[4].name],
         "ValueError for an int stage other than 0, 1, 2, 3": [_T[4].name],
         "ValueError for an int world_size below 1": [_T[4].name],
-        "TypeError for a stage or world_size that is not an int: a bool, a float (even 2.0), a str, None, "
-        "a NumPy integer": [_T[4].name],
+        "TypeError for a stage or world_size that is not an int: a bool (False too, although below 1), a float "
+        "(even 2.0), a str, None, a NumPy integer": [_T[4].name],
         "sharding pads each quantity as one flat buffer (ZeRO's padding), not per parameter (FSDP2's)": [_T[3].name],
     },
     "choose_segments": {
-        "blocks: an nn.Sequential of n >= 1 blocks": [_C[0].name, _C[4].name],
+        "blocks: an nn.Sequential of n >= 1 blocks (any modules: nested, Identity, views)": [_C[0].name, _C[4].name, _C[6].name],
         "x: float32, float64 or bfloat16, requiring grad or not": [_C[5].name, _C[0].name],
         "a plan: k = 1..n segments of checkpoint_sequential(blocks, k, x, use_reentrant=False)": [C_PUBLIC, _C[0].name],
         "saved bytes: distinct storages saved for backward, each once, the parameters' storages left out":
             [_C[1].name, _C[0].name],
+        "each storage counted whole, untyped_storage().nbytes() (a view of a wider tensor counts the wider storage)":
+            [_C[6].name],
         "cost, by the exercise's definition: (k - 1) * (n // k) blocks recomputed (a count, not a time)":
             [_C[2].name, _C[0].name],
         "fits: saved bytes <= budget_bytes": [_C[1].name, _C[0].name],
-        "the lowest cost among the plans that fit, then fewer saved bytes, then the fewest segments": [_C[2].name],
+        "the lowest cost among the plans that fit, then fewer saved bytes, then the fewest segments": [_C[2].name, _C[6].name],
         "returns the number of segments, an int": [C_PUBLIC, _C[0].name],
         "ValueError when no plan fits": [C_PUBLIC, _C[3].name, _C[4].name],
         "leave the blocks as they were: no parameter changed, no gradient left": [C_PUBLIC, _C[0].name, _C[1].name, _C[3].name],
+        "leave the blocks as they were: every module in the train or eval mode it was in": [_C[7].name],
     },
 }

@@ -203,8 +203,11 @@ def draw_fewer_elements_than_ranks(rng):
 
 
 def draw_bad_input(rng):
-    """Each way out of the domain: rank == world_size, rank < 0, world_size < 1, numel < 0; named values first."""
+    """Each way out of the domain: rank == world_size, rank < 0, world_size < 1, numel < 0; named values first,
+    also with no elements and on one rank (where every rank in range owns everything or nothing: the rank is
+    still checked)."""
     calls = [call(10, 4, 4), call(10, -1, 4), call(10, 0, 0), call(-1, 0, 2), call(5, 0, -3)]
+    calls += [call(0, 5, 3), call(0, -1, 2), call(0, 0, 0), call(10, 1, 1), call(10, -1, 1)]
     for _ in range(6):
         world = rng.randint(1, 12)
         numel = rng.randint(0, 100)

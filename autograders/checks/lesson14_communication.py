@@ -61,12 +61,30 @@ def _measure(rng, sizes, alpha, beta, noise):
     return [max(1e-7, (alpha + n / beta) * (1 + rng.uniform(-noise, noise))) for n in sizes]
 
 
+def _close_sizes_link(rng):
+    """Large sizes close together (a spread a few millionths of the size): t = alpha + n / beta exactly,
+    the time growing by a few millionths across them. Sums of squares of the sizes cancel there."""
+    base = rng.randint(2 ** 20, 2 ** 30)
+    count = rng.randint(3, 5)
+    step = max(1, round(base / 10 ** rng.uniform(5.5, 6.5) / (count - 1)))
+    sizes = [base + i * step for i in range(count)]
+    t0 = 10 ** rng.uniform(-4, 0)
+    slope = t0 * 10 ** rng.uniform(-6, -5) / (sizes[-1] - base)
+    alpha = t0 - slope * base
+    rng.shuffle(sizes)
+    return sizes, [alpha + slope * n for n in sizes]
+
+
 def draw_links(rng):
     """Generated links: a latency of 1 µs to 2 ms and a bandwidth of 0.1 to 50 GB/s, 2 to 9 distinct
     sizes, some repeated, in any order, times with 0 to 30% noise; lists, tuples and NumPy arrays, ints
-    and floats. Boundaries first: two distinct sizes (one repeated, in either order) and an exact line
-    whose intercept is negative (alpha as the fit gives it)."""
-    calls = []
+    and floats. Boundaries first: two distinct sizes (one repeated, in either order), an exact line
+    whose intercept is negative (alpha as the fit gives it), and large sizes close together (float64 holds
+    the fit to far better than 1e-6 there only when the sums are centered, not as sums of squares)."""
+    calls = [fit_call(rng, [1e9, 1e9 + 1e3, 1e9 + 2e3], [1.0, 1.0 + 1e-6, 1.0 + 2.2e-6]),
+             fit_call(rng, [1048576, 1048577, 1048578], [1e-3, 1.00001e-3, 1.00002e-3])]
+    for _ in range(4):
+        calls.append(fit_call(rng, *_close_sizes_link(rng)))
     for forms in [("list", "list"), ("tuple", "tuple"), ("numpy", "numpy"), ("list", "numpy"), ("numpy", "tuple")]:
         sizes = [4096, 1048576] if rng.random() < 0.5 else [1048576.0, 4096.0]
         calls.append(fit_call(rng, sizes, _measure(rng, sizes, 3e-4, 1.5e9, 0.0), forms))
@@ -213,8 +231,9 @@ def _kind(data):
 
 HIDDEN = {
     "fit_alpha_beta": [
-        Case("generated links (noisy, repeated and shuffled sizes, two sizes, lists, tuples and NumPy arrays): "
-             "the least-squares alpha and beta", observe_fit_calls, judge_fit_calls, draw=draw_links),
+        Case("generated links (noisy, repeated and shuffled sizes, two sizes, large sizes close together, lists, "
+             "tuples and NumPy arrays): the least-squares alpha and beta", observe_fit_calls, judge_fit_calls,
+             draw=draw_links),
         Case("bad input raises ValueError (lengths, fewer than 2 sizes, sizes or times <= 0, a slope <= 0)",
              observe_fit_calls, judge_fit_calls, draw=draw_bad_fits),
     ],
@@ -268,9 +287,10 @@ def draw_few_parameters(rng):
 
 def draw_bad_bytes(rng):
     """Every way out of the domain: another strategy (another case, spaces, a near name), world_size < 1,
-    n_params < 0, bytes_per_elem < 1; also on one rank and with no parameters, where nothing is sent."""
+    n_params < 0, bytes_per_elem < 1; also on one rank and with no parameters, where nothing is sent
+    (named values first: no parameters on no ranks, parameters on one rank with elements of no bytes)."""
     others = ["DDP", "Zero1", "ZERO3", " ddp", "zero2 ", "zero", "zero4", "zero0", "fsdp", "dp", "", "ddp\n"]
-    calls = []
+    calls = [call("ddp", 0, 0, 4), call("zero3", 0, -3, 2), call("ddp", 10, 1, 0), call("zero1", 5, 1, -2)]
     for strategy in others:
         calls.append(call(strategy, rng.randint(0, 10 ** 6), rng.randint(1, 9), rng.choice([1, 2, 4])))
     calls += [call(rng.choice(others), 100, 1, 4), call(rng.choice(others), 0, 4, 4), call(rng.choice(others), 0, 1, 2)]
@@ -314,7 +334,8 @@ CLAUSES = {
         "sizes may repeat and come in any order; two distinct sizes are enough": [_FIT[0].name],
         "return a tuple of two floats": [FIT_PUBLIC_CASE, _FIT[0].name],
         "alpha as the fit gives it, even slightly negative": [_FIT[0].name],
-        "beta within a relative 1e-6, alpha within 1e-6 x the largest time": [FIT_PUBLIC_CASE, _FIT[0].name],
+        "beta within a relative 1e-6, alpha within 1e-6 x the largest time (float64, large close sizes too)":
+            [FIT_PUBLIC_CASE, _FIT[0].name],
         "ValueError when the lengths differ": [FIT_BAD_PUBLIC_CASE, _FIT[1].name],
         "ValueError for fewer than 2 distinct sizes": [FIT_BAD_PUBLIC_CASE, _FIT[1].name],
         "ValueError when any size or time is <= 0": [_FIT[1].name],
