@@ -169,7 +169,8 @@ def draw_bad(rng):
         for place in rng.sample(list(below), 2):
             spoilt[place] = -rng.randint(1, 9)
         calls.append(call(op, _ints(rng, spoilt), 4))
-    calls += [call("add", (-3, -4), 4), call("matmul", (-2, -3, 4), 4), call("matmul", (5, -1, -1), 2),
+    calls += [call("add", (3, 0), 4), call("add", (5, -2), 2),  # a size below 1 after the first one
+              call("add", (-3, -4), 4), call("matmul", (-2, -3, 4), 4), call("matmul", (5, -1, -1), 2),
               call("conv2d", (-1, 3, 8, 8, -4, 3, 3, 1, 1), 4)]
     for place in range(8):  # every size and the stride of a convolution, one at a time
         spoilt = list(good["conv2d"])
