@@ -353,24 +353,12 @@ def draw_modes(rng):
 def judge_odd_stacks(label):
     """A judge ``judge(observed, stacks)``: rebuild each odd stack here, measure its plans, apply the rule,
     then check that every module's training mode was left as it was."""
-    def judge(observed, stacks):
-        if not isinstance(observed, list) or len(observed) != len(stacks):
-            return f"expected answers for {len(stacks)} stacks, got {len(observed) if isinstance(observed, list) else 'none'}"
-        for i, (stack, rows) in enumerate(zip(stacks, observed)):
-            budgets = [rebuild(b) for b in stack["budgets"]]
-            if not isinstance(rows, list) or len(rows) != len(budgets):
-                return f"{label} {i + 1}: expected {len(budgets)} answers"
-            plan_bytes = odd_plan_bytes(stack["spec"])
-            for budget, row in zip(budgets, rows):
-                where = f"{label} {i + 1} ({describe_odd(stack['spec'])}), budget {budget} bytes"
-                found = plan_verdict(row, reference_choice(plan_bytes, budget), where, len(plan_bytes))
-                if found:
-                    return found
-                if row.get("modes_kept") is not True:
-                    return (f"{where}: leave the blocks as they were: a module's training mode (train() or eval()) "
-                            "is not what it was before the call")
+    def modes_kept(row, where):
+        if row.get("modes_kept") is not True:
+            return (f"{where}: leave the blocks as they were: a module's training mode (train() or eval()) "
+                    "is not what it was before the call")
         return None
-    return judge
+    return _plans_judge(label, odd_plan_bytes, describe_odd, modes_kept)
 
 
 def observe_stack_calls(ns, stacks):
@@ -381,6 +369,12 @@ def observe_stack_calls(ns, stacks):
 
 def judge_stack_calls(label):
     """A judge ``judge(observed, stacks)``: rebuild each stack here, measure its plans, apply the rule."""
+    return _plans_judge(label, reference_plan_bytes, describe_stack)
+
+
+def _plans_judge(label, plan_bytes_of, describe, also=None):
+    """The judge of both kinds of stack: ``plan_bytes_of(spec)`` measures a stack's plans here, ``describe(spec)``
+    names it, ``also(row, where)`` is a further check of each answer (None: none)."""
     def judge(observed, stacks):
         if not isinstance(observed, list) or len(observed) != len(stacks):
             return f"expected answers for {len(stacks)} stacks, got {len(observed) if isinstance(observed, list) else 'none'}"
@@ -388,10 +382,12 @@ def judge_stack_calls(label):
             budgets = [rebuild(b) for b in stack["budgets"]]
             if not isinstance(rows, list) or len(rows) != len(budgets):
                 return f"{label} {i + 1}: expected {len(budgets)} answers"
-            plan_bytes = reference_plan_bytes(stack["spec"])
+            plan_bytes = plan_bytes_of(stack["spec"])
             for budget, row in zip(budgets, rows):
-                where = f"{label} {i + 1} ({describe_stack(stack['spec'])}), budget {budget} bytes"
+                where = f"{label} {i + 1} ({describe(stack['spec'])}), budget {budget} bytes"
                 found = plan_verdict(row, reference_choice(plan_bytes, budget), where, len(plan_bytes))
+                if found is None and also is not None:
+                    found = also(row, where)
                 if found:
                     return found
         return None
