@@ -318,7 +318,8 @@ HIDDEN = {
 # What the exercise text and answer line require:
 #  1. scenario keys "a" to "d", each a dict with pin_memory (bool), num_workers (int) and
 #     persistent_workers (bool) -> the public form check
-#  2. persistent_workers only with workers (DataLoader refuses it otherwise) -> the public form check
+#  2. persistent_workers only with workers, and any other key only as DataLoader takes it (prefetch_factor
+#     only with workers): what DataLoader refuses -> the public form check
 #  3. a: a CUDA GPU, JPEG decoding and augmentation on 8 cores: pinned, 4 to 8 workers -> "scenario a"
 #  4. b: CPU only, a tensor in memory: nothing pinned, no workers -> "scenario b"
 #  5. c: the dataset already on the GPU: nothing pinned, no workers -> "scenario c"

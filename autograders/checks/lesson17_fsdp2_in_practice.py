@@ -149,6 +149,8 @@ def draw_settings(rng):
     big = 2 ** 53 + rng.randint(1, 10 ** 6)
     calls.append(call([[big, 3], [rng.randint(2 ** 54, 2 ** 60)]], 4, 2, 2, 4))
     calls.append(call([[7, 5]], 2, True, 2 ** 55 + 1, 3))
+    for n, k in ((4, 2), (8, 4)):  # an int setting with an odd chunk above 2**54: N c / k in floats loses its last bits
+        calls.append(call([[n * (2 ** 54 + 2 * rng.randint(0, 2 ** 20) + 1)]], n, k, rng.randint(1, 4), 4))
     for n in (4, 8):  # rows one past a multiple of N above 2**54: a float division rounds the remainder away
         rows = n * rng.randint(2 ** 52, 2 ** 53 - 1) + 1
         calls.append(call([[rows, rng.randint(1, 9)]], n, rng.choice([True, False, 2]), 2, 4))

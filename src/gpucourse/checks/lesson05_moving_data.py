@@ -99,7 +99,23 @@ def observe_loader_settings(ns):
         out[key] = {name: {"type": type(value[name]).__name__ if name in value else "missing",
                            "value": value[name] if type(value.get(name)) in (bool, int) else None}
                     for name in ("pin_memory", "num_workers", "persistent_workers")}
+        out[key]["refused"] = _refused(value)
     return out
+
+
+def _refused(settings: dict) -> str | None:
+    """What DataLoader says to ``settings`` as given, other keys too (``prefetch_factor`` with no workers is
+    refused, as is a key it does not take), or None where it takes them."""
+    import warnings
+
+    from torch.utils.data import DataLoader
+    try:
+        with warnings.catch_warnings():  # "will create 8 worker processes": this machine's cores are not the scenario's
+            warnings.simplefilter("ignore")
+            DataLoader(range(4), **{str(k): v for k, v in settings.items()})
+    except Exception as e:  # noqa: BLE001 - whatever DataLoader raises is its refusal, named to the student
+        return f"{type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''}"
+    return None
 
 
 def _judge_loader_form(d):
@@ -114,7 +130,10 @@ def _judge_loader_form(d):
                 return f"scenario {key!r}: {name} must be a {want}, got {got}"
     bad = [k for k, v in sorted(d.items()) if v["num_workers"]["value"] < 0
            or (v["persistent_workers"]["value"] and v["num_workers"]["value"] == 0)]
-    return f"scenario(s) {bad}: num_workers >= 0, and persistent_workers needs workers" if bad else None
+    if bad:
+        return f"scenario(s) {bad}: num_workers >= 0, and persistent_workers needs workers"
+    refused = [(k, v.get("refused")) for k, v in sorted(d.items()) if v.get("refused")]
+    return (f"scenario {refused[0][0]!r}: DataLoader refuses these settings ({refused[0][1]})" if refused else None)
 
 
 register("loader_settings", Case("scenarios a-d: the three settings each, of the types asked", observe_loader_settings, _judge_loader_form),
