@@ -19,7 +19,9 @@ from gpucourse.checks.lesson05_moving_data import observe_loader_settings  # sam
 # <node> is ["tensor", index, dtype, shape, pinned], ["dict", [[key, node], ...]], ["list", [nodes]],
 # ["tuple", [nodes]] or ["value", kind] (kinds: VALUE_KINDS, built in the sandbox, each its own object).
 
-VALUE_KINDS = ["none", "str", "int", "big int", "float", "bool", "bytes", "object", "ndarray", "empty str"]
+VALUE_KINDS = ["none", "str", "int", "big int", "float", "bool", "bytes", "object", "ndarray", "empty str", "module"]
+# a tensor node may carry a sixth item, {"param": True} (an nn.Parameter, a Tensor subclass) and/or
+# {"on": "cuda:1"} (a tensor already on that GPU: it answers .device, .is_cuda and .get_device() so)
 DTYPES = ["torch.float32", "torch.float64", "torch.float16", "torch.bfloat16", "torch.int64", "torch.int32",
           "torch.uint8", "torch.bool"]
 
@@ -32,18 +34,25 @@ def observe_to_device_runs(ns, runs):
     from gpucourse.checks import answer
 
     real_to, real_cuda, real_cpu, real_pinned = torch.Tensor.to, torch.Tensor.cuda, torch.Tensor.cpu, torch.Tensor.is_pinned
+    real_device, real_is_cuda, real_get_device = (torch._C.TensorBase.device, torch._C.TensorBase.is_cuda,
+                                                  torch._C.TensorBase.get_device)
     results = []
     for run in runs:
-        index_of, pinned, made, originals, calls = {}, set(), {}, [], []
+        index_of, pinned, made, originals, calls, on_gpu = {}, set(), {}, [], [], {}
 
         def build(node):
             kind = node[0]
             if kind == "tensor":
-                _, number, dtype, shape, is_pinned = node
+                _, number, dtype, shape, is_pinned = node[:5]
+                extra = node[5] if len(node) > 5 else {}
                 count = 1
                 for n in shape:
                     count *= n
                 t = (torch.arange(count) % 7 + number).to(getattr(torch, dtype.split(".")[1])).reshape(shape)
+                if extra.get("param"):
+                    t = torch.nn.Parameter(t, requires_grad=t.is_floating_point())
+                if extra.get("on"):
+                    on_gpu[id(t)] = extra["on"]
                 index_of[id(t)] = number
                 made[number] = t
                 if is_pinned:
@@ -55,7 +64,10 @@ def observe_to_device_runs(ns, runs):
                 items = [build(value) for value in node[1]]
                 return items if kind == "list" else tuple(items)
             value = {"none": None, "str": "text", "int": 3, "big int": 2 ** 70 + 1, "float": 2.5, "bool": True,
-                     "bytes": b"raw", "object": object(), "ndarray": np.arange(3), "empty str": ""}[node[1]]
+                     "bytes": b"raw", "object": object(), "ndarray": np.arange(3), "empty str": "",
+                     "module": "module"}[node[1]]
+            if node[1] == "module":  # not a tensor, but it has .to(): it must come back as it was, not moved
+                value = torch.nn.Linear(2, 2)
             originals.append(value)
             return value
 
@@ -68,8 +80,9 @@ def observe_to_device_runs(ns, runs):
         def fake_to(self, *args, **kwargs):
             device = kwargs.get("device", args[0] if args else None)
             blocking = kwargs.get("non_blocking", next((a for a in args[1:] if isinstance(a, bool)), False))
-            if isinstance(device, (str, torch.device)) and torch.device(device).type == "cuda":
-                result = self.clone()  # no GPU here: a clone stands in for the copy
+            if (isinstance(device, (str, torch.device)) and torch.device(device).type not in ("cpu", "meta")) or (
+                    id(self) in on_gpu):
+                result = self.clone()  # no GPU (or XPU, MPS) here: a clone stands in for the copy
             else:
                 result = real_to(self, *args, **{k: v for k, v in kwargs.items() if k != "non_blocking"})
             if isinstance(device, (str, torch.device)):
@@ -90,13 +103,26 @@ def observe_to_device_runs(ns, runs):
         batch = build(run["batch"])
         spec = run["device"]
         device = torch.device(spec[1]) if isinstance(spec, list) else spec
+        modules = [(o, [(q.data_ptr(), str(q.device), q.dtype) for q in o.parameters()])
+                   for o in originals if isinstance(o, torch.nn.Module)]
         torch.Tensor.to, torch.Tensor.cuda, torch.Tensor.cpu = fake_to, fake_cuda, fake_cpu
         torch.Tensor.is_pinned = lambda self, *a, **k: id(self) in pinned
+        if on_gpu:  # tensors that stand for ones on a GPU say so
+            torch.Tensor.device = property(lambda self: torch.device(on_gpu[id(self)]) if id(self) in on_gpu
+                                           else real_device.__get__(self))
+            torch.Tensor.is_cuda = property(lambda self: id(self) in on_gpu or real_is_cuda.__get__(self))
+            torch.Tensor.get_device = lambda self: (torch.device(on_gpu[id(self)]).index or 0 if id(self) in on_gpu
+                                                    else real_get_device(self))
         try:
             moved = answer(ns, "to_device")(batch, device)
         finally:
             torch.Tensor.to, torch.Tensor.cuda, torch.Tensor.cpu, torch.Tensor.is_pinned = (
                 real_to, real_cuda, real_cpu, real_pinned)
+            for name in ("device", "is_cuda", "get_device"):
+                if name in torch.Tensor.__dict__:
+                    delattr(torch.Tensor, name)
+        changed = [i for i, (o, before) in enumerate(modules)
+                   if [(q.data_ptr(), str(q.device), q.dtype) for q in o.parameters()] != before]
 
         def describe(x, depth=0):
             if depth > 40:
@@ -111,7 +137,7 @@ def observe_to_device_runs(ns, runs):
                 return [type(x).__name__, [describe(v, depth + 1) for v in x]]
             return ["value", [i for i, o in enumerate(originals) if o is x], type(x).__name__]  # None is None, twice
 
-        results.append({"calls": calls, "returned": describe(moved)})
+        results.append({"calls": calls, "returned": describe(moved), "modules_changed": changed})
     return results
 
 
@@ -195,14 +221,18 @@ def judge_moves(run, got) -> str | None:
     by_tensor = {}
     for call in got["calls"]:
         by_tensor.setdefault(call["tensor"], []).append(call)
-    for number, dtype, shape, pinned in (t[1:] for t in _tensors(run["batch"])):
-        where = f"a {'pinned' if pinned else 'pageable'} tensor to {target}"
+    for node in _tensors(run["batch"]):
+        number, dtype, shape, pinned = node[1:5]
+        on = (node[5] if len(node) > 5 else {}).get("on")
+        kind = "an nn.Parameter" if (node[5] if len(node) > 5 else {}).get("param") else "a tensor"
+        where = (f"{kind} on {on} to {target}" if on else
+                 f"{'a pinned' if pinned else 'a pageable'} {kind.removeprefix('a ').removeprefix('an ')} to {target}")
         moves = by_tensor.get(number, [])
-        if not moves and _device_type(device) == "cpu":
+        if not moves and (_same_device(on, device) if on else _device_type(device) == "cpu"):
             continue  # already there: may come back as it is
         if len(moves) != 1 or not _same_device(moves[0]["device"], device):
             return f"{where}: move it once with .to(device, ...) to the device given, saw {[m['device'] for m in moves]}"
-        if moves[0]["non_blocking"] != (pinned and _device_type(device) == "cuda"):
+        if moves[0]["non_blocking"] != (pinned and not on and _device_type(device) == "cuda"):
             return (f"{where}: wrong non_blocking (non_blocking=True exactly when the copy goes to a CUDA device "
                     "from pinned memory)")
     return None
@@ -221,6 +251,9 @@ def judge_to_device_runs(focus):
                         "lists, tuples tuples, at every depth; every tensor moved, keeping its dtype)")
             if problem == "value":
                 return f"{where}: values that are not tensors must come back unchanged: the same objects"
+            if got.get("modules_changed"):
+                return (f"{where}: values that are not tensors must come back unchanged: an nn.Module in the batch "
+                        "(it has a .to() too) was moved")
             moves = judge_moves(run, got)
             if moves:
                 return moves
@@ -233,21 +266,27 @@ def _devices_everywhere(rng):
     an index, the CPU, and a device that is neither (where no copy is non-blocking)."""
     index = rng.randint(2, 7)
     return ["cuda:1", ["torch.device", "cuda"], "cpu", ["torch.device", "cpu"], ["torch.device", "cuda:0"], "cuda",
-            f"cuda:{index}", ["torch.device", f"cuda:{index}"], "meta", ["torch.device", "meta"]]
+            f"cuda:{index}", ["torch.device", f"cuda:{index}"], "meta", ["torch.device", "meta"],
+            rng.choice(["xpu", "mps", "xpu:1"]), ["torch.device", rng.choice(["xpu", "mps"])]]
 
 
-def _drawn_tensor(rng, counter, pinned=None):
+def _drawn_tensor(rng, counter, pinned=None, param=None):
     shape = rng.choice([[], [0], [1], [3], [2, 2], [rng.randint(1, 4), rng.randint(1, 3)]])
-    return ["tensor", next(counter), rng.choice(DTYPES), shape, rng.random() < 0.5 if pinned is None else pinned]
+    node = ["tensor", next(counter), rng.choice(DTYPES), shape, rng.random() < 0.5 if pinned is None else pinned]
+    if param or (param is None and rng.random() < 0.2):
+        node.append({"param": True})
+    return node
 
 
 def draw_single_tensors(rng):
-    """A single tensor, pinned and pageable, to every form of device; dtypes and shapes drawn."""
+    """A single tensor, pinned and pageable, to every form of device (XPU and MPS among them); an nn.Parameter
+    (a Tensor subclass) to CUDA, the CPU and meta; dtypes and shapes drawn."""
     import itertools
 
     counter = itertools.count(10)
     runs = [{"device": device, "batch": _drawn_tensor(rng, counter, pinned)}
             for device in _devices_everywhere(rng) for pinned in (True, False)]
+    runs += [{"device": device, "batch": _drawn_tensor(rng, counter, True, param=True)} for device in ("cuda", "cpu", "meta")]
     return runs
 
 
@@ -301,6 +340,23 @@ def draw_pinned_everywhere(rng):
     return runs
 
 
+def draw_already_on_a_gpu(rng):
+    """Tensors already on a GPU (not pinned memory, so never non_blocking): to the CPU, to the same GPU
+    (they may stay), to another GPU; beside a pinned and a pageable CPU tensor; an nn.Parameter among them."""
+    import itertools
+
+    counter = itertools.count(5000)
+    runs = []
+    for device in ["cpu", ["torch.device", "cpu"], "cuda:0", ["torch.device", "cuda:1"], "cuda", f"cuda:{rng.randint(2, 7)}"]:
+        on = rng.choice(["cuda:0", "cuda:1"])
+        gpu = _drawn_tensor(rng, counter, False, param=False) + [{"on": on}]
+        gpu_param = _drawn_tensor(rng, counter, False, param=False) + [{"on": on, "param": True}]
+        runs.append({"device": device, "batch": ["tuple", [gpu, _drawn_tensor(rng, counter, True), ["list", [gpu_param]],
+                                                           _drawn_tensor(rng, counter, False)]]})
+    runs.append({"device": "cpu", "batch": _drawn_tensor(rng, counter, False, param=False) + [{"on": "cuda:1"}]})
+    return runs
+
+
 HIDDEN = {
     "to_device": [
         Case("a single tensor, pinned or not, any dtype and shape, to every form of device (str or torch.device; "
@@ -310,6 +366,8 @@ HIDDEN = {
              observe_to_device_runs, judge_to_device_runs("structure"), draw=draw_nested_batches),
         Case("non_blocking exactly for pinned tensors going to CUDA, at every depth, for every form of device",
              observe_to_device_runs, judge_to_device_runs("flags"), draw=draw_pinned_everywhere),
+        Case("tensors already on a GPU, to the CPU or a GPU: moved, never non_blocking (not pinned memory); "
+             "nn.Parameters too", observe_to_device_runs, judge_to_device_runs("gpu"), draw=draw_already_on_a_gpu),
     ],
 }
 
@@ -350,15 +408,18 @@ def judge_scenario(key):
 HIDDEN["loader_settings"] = [Case(f"scenario {key}", observe_loader_settings, judge_scenario(key)) for key in "abcd"]
 
 PUBLIC_CASE = "a nested batch to CUDA (two pinned tensors, one not) and back"
-SINGLE, NESTED, FLAGS = (case.name for case in HIDDEN["to_device"])
+SINGLE, NESTED, FLAGS, ON_GPU = (case.name for case in HIDDEN["to_device"])
 CLAUSES = {
     "to_device": {
         "batch may be a single tensor": [SINGLE],
         "or a (nested) dict, list or tuple of tensors and other values, at any depth, empty ones too": [NESTED, PUBLIC_CASE],
         "returns the same structure: dicts stay dicts, lists lists, tuples tuples": [NESTED, PUBLIC_CASE],
-        "values that are not tensors come back unchanged": [NESTED, PUBLIC_CASE],
-        "every tensor moved with tensor.to(device, ...), keeping its dtype": [SINGLE, NESTED, FLAGS, PUBLIC_CASE],
-        "non_blocking True exactly when the copy goes to a CUDA device from pinned memory": [SINGLE, FLAGS, PUBLIC_CASE],
+        "values that are not tensors come back unchanged (an nn.Module too: it has .to(), it is not a tensor)":
+            [NESTED, PUBLIC_CASE],
+        "every tensor moved with tensor.to(device, ...), keeping its dtype (subclasses such as nn.Parameter too)":
+            [SINGLE, NESTED, FLAGS, ON_GPU, PUBLIC_CASE],
+        "non_blocking True exactly when the copy goes to a CUDA device from pinned memory (not from a GPU, not to "
+        "another device type)": [SINGLE, FLAGS, ON_GPU, PUBLIC_CASE],
         "device may be a torch.device or a string (any device type, any CUDA index)": [SINGLE, FLAGS],
     },
 }

@@ -100,9 +100,12 @@ def observe_agnostic_drawn(ns, configs):
                 model = model.to(c["device"])
             else:
                 model = model.to(c["device"], dtype)
-            out = model(torch.tensor(c["x"], dtype=dtype).to(c["device"]))
+            x = torch.tensor(c["x"], dtype=dtype).to(c["device"])
+            kept = x.clone()
+            out = model(x)
             found.append({"dtype": str(out.dtype).removeprefix("torch."), "device": out.device.type,
                           "shape": list(out.shape), "parameters": names,
+                          "input_changed": x.device.type != "meta" and not torch.equal(x, kept),
                           "out": None if out.device.type == "meta" else out.detach().double().reshape(-1).tolist()})
         except Exception as error:
             found.append({"error": f"{type(error).__name__}: {str(error)[:200]}"})
@@ -129,6 +132,8 @@ def judge_agnostic_drawn(parameters_only=False):
                     return ("parameters() must hold the read-out's weight and bias only, not the statistics (even "
                             f"frozen); got {d['parameters']}")
                 continue
+            if d.get("input_changed"):
+                return f"{where} the input batch was changed: Standardize leaves x as it was (no in-place ops on it)"
             if d["dtype"] != c["dtype"]:
                 return f"{where} the output is torch.{d['dtype']}: new tensors must follow the input's dtype"
             if d["device"] != c["device"]:
@@ -169,12 +174,12 @@ def reference_loss(run):
     return float(((noisy @ weight.T + bias).squeeze(-1) - torch.tensor(run["y"], dtype=torch.float32).double()).pow(2).mean())
 
 
-def _noise_run(rng, noise=None, how=None, dtype="float32", device="cpu"):
+def _noise_run(rng, noise=None, how=None, dtype="float32", device="cpu", mode="train"):
     if noise is None:
         noise = rng.choice([round(rng.uniform(0.05, 4.0), 3), rng.randint(1, 5), 0, 0.0, round(rng.uniform(10, 500), 2)])
     how = how or rng.choice(["name", "position"])
     n = rng.randint(1, 8)
-    return {"noise": noise, "how": how, "dtype": dtype, "device": device,
+    return {"noise": noise, "how": how, "dtype": dtype, "device": device, "mode": mode,
             "x": [[round(rng.uniform(-3, 3), 4) for _ in range(4)] for _ in range(n)],
             "y": [round(rng.uniform(-2, 2), 4) for _ in range(n)],
             "weight": [round(rng.uniform(-1, 1), 4) for _ in range(4)], "bias": round(rng.uniform(-1, 1), 4),
@@ -186,25 +191,38 @@ def draw_picklable_default(rng):
 
 
 def draw_picklable_levels(rng):
-    """Drawn noise levels (floats, ints, large ones), by name and by position."""
+    """Drawn noise levels (floats, ints, large ones), by name and by position; one module in eval mode (augment
+    is the same function in either mode)."""
     return [_noise_run(rng, noise=round(rng.uniform(0.05, 4.0), 3)), _noise_run(rng, noise=rng.randint(1, 5), how="position")] + [
-        _noise_run(rng) for _ in range(2)]
+        _noise_run(rng) for _ in range(2)] + [_noise_run(rng, noise=round(rng.uniform(0.05, 4.0), 3), mode="eval")]
 
 
 def draw_picklable_no_noise(rng):
+    """noise=0 and 0.0: the noise is still drawn (randn_like), so the global random stream moves on as with any level."""
     return [_noise_run(rng, noise=0.0, how="name"), _noise_run(rng, noise=0, how="position")]
+
+
+def _not_float32(rng, low, high):
+    """A level float32 does not hold exactly (0.107, say): a level kept in float32 changes a float64 input's noise."""
+    while True:
+        level = round(rng.uniform(low, high), 3)
+        if float(torch.tensor(level, dtype=torch.float32)) != level:
+            return level
 
 
 def draw_picklable_like_x(rng):
     """augment on float64 and float16 input, and on the meta device (no data: a noise made on the CPU fails)."""
-    return [_noise_run(rng, dtype="float64"), _noise_run(rng, dtype="float16", noise=round(rng.uniform(0.05, 2), 2)),
+    return [_noise_run(rng, dtype="float64", noise=_not_float32(rng, 0.05, 4.0)),
+            _noise_run(rng, dtype="float16", noise=round(rng.uniform(0.05, 2), 2)),
             _noise_run(rng, dtype=rng.choice(["float32", "float64"]), device="meta")]
 
 
 def observe_picklable_runs(ns, runs):
     """Per run: build SpawnSafeRegressor (noise left out, by name or by position), set net's weights, pickle it
     as ddp_spawn does; augment x with the original and the copy (after torch.manual_seed(seed)), and (float32
-    on the CPU) training_step's loss after torch.manual_seed(loss_seed)."""
+    on the CPU) training_step's loss after torch.manual_seed(loss_seed); after each augment, the global random
+    stream's next values (augment draws its noise from it, whatever the level). Modules of runs in "eval" mode
+    are put in eval mode first."""
     import pickle
     from multiprocessing.reduction import ForkingPickler
 
@@ -225,10 +243,14 @@ def observe_picklable_runs(ns, runs):
             continue
         x = torch.tensor(run["x"], dtype=getattr(torch, run["dtype"])).to(run["device"])
         record = {"pickled": "ok", "same_weights": bool(torch.equal(model.net.weight, clone.net.weight))}
+        if run.get("mode") == "eval":
+            model.eval()
+            clone.eval()
         for name, m in (("original", model), ("unpickled", clone)):
             torch.manual_seed(run["seed"])
             try:
                 out = torch.as_tensor(m.augment(x))
+                record[f"{name}_stream_after"] = torch.rand(3, dtype=torch.float64).tolist()
                 record[name] = {"dtype": str(out.dtype).removeprefix("torch."), "device": out.device.type,
                                 "shape": list(out.shape),
                                 "values": None if out.device.type == "meta" else out.detach().double().reshape(-1).tolist()}
@@ -236,7 +258,10 @@ def observe_picklable_runs(ns, runs):
                 record[name] = f"{type(error).__name__}: {str(error)[:200]}"
         if run["dtype"] == "float32" and run["device"] == "cpu":
             torch.manual_seed(run["loss_seed"])
+            model.train()
             loss = model.training_step((x, torch.tensor(run["y"])), 0)
+            if isinstance(loss, dict):  # Lightning takes {"loss": loss} as well as the loss itself
+                loss = loss.get("loss")
             record["loss"] = float(torch.as_tensor(loss).detach().reshape(-1)[0])
         found.append(record)
     return found
@@ -263,8 +288,12 @@ def judge_picklable_runs(found, runs):
                         f"the noise made like x (torch.randn_like) keeps x's dtype, device and shape")
             if want is not None and not outputs_close(got["values"], want, *tolerance):
                 if name == "original":
-                    return f"{where}: augment(x) is not x + noise * torch.randn_like(x)"
+                    mode = " (in eval mode)" if run.get("mode") == "eval" else ""
+                    return f"{where}{mode}: augment(x) is not x + noise * torch.randn_like(x)"
                 return f"{where}: after a pickle round trip the module behaves differently"
+            if d.get(f"{name}_stream_after") != _stream_after(run):
+                return (f"{where}: after augment(x) the global random stream is not where torch.randn_like(x) leaves it "
+                        "(augment draws the noise whatever its level, 0 too)")
         if not d["same_weights"]:
             return f"{where}: after a pickle round trip the module behaves differently"
         if "loss" in d:
@@ -272,6 +301,18 @@ def judge_picklable_runs(found, runs):
             if not abs(d["loss"] - reference) <= 1e-5 * max(1.0, abs(reference)):
                 return f"{where}: training_step's loss differs from NoisyRegressor's"
     return None
+
+
+def _stream_after(run):
+    """The global random stream's next 3 values after torch.manual_seed(seed) and one torch.randn_like(x)."""
+    x = torch.empty(len(run["x"]), 4, dtype=getattr(torch, run["dtype"]), device=run["device"])
+    state = torch.get_rng_state()
+    try:
+        torch.manual_seed(run["seed"])
+        torch.randn_like(x)
+        return torch.rand(3, dtype=torch.float64).tolist()
+    finally:
+        torch.set_rng_state(state)
 
 
 def observe_picklable_module(ns):
@@ -343,14 +384,25 @@ def observe_optimizer(ns):
     if not groups:
         return {"type": type(configured).__name__}
     ids = sorted(id(p) for group in groups for p in group["params"])
+    scheduled = model.configure_optimizers()
+    scheduler = (isinstance(scheduled, dict) and scheduled.get("lr_scheduler") is not None) or (
+        isinstance(scheduled, (list, tuple)) and len(scheduled) > 1 and bool(scheduled[1]))
     return {"type": type(configured).__name__, "lr": [group["lr"] for group in groups],
             "momentum": [group.get("momentum", 0) for group in groups],
+            "others": [{k: v for k, v in group.items() if k in ("weight_decay", "dampening", "nesterov", "maximize")}
+                       for group in groups],
+            "scheduler": bool(scheduler),
             "all_parameters": ids == sorted(id(p) for p in model.parameters())}
 
 
 def judge_optimizer(d):
     if d.get("type") != "SGD" or d.get("lr") != [0.05] or d.get("momentum") != [0] or not d.get("all_parameters"):
         return "configure_optimizers must give NoisyRegressor's optimizer, over all of the module's parameters"
+    defaults = {"weight_decay": 0, "dampening": 0, "nesterov": False, "maximize": False}
+    if any(group.get(k, v) != v for group in d.get("others", []) for k, v in defaults.items()):
+        return f"configure_optimizers must give NoisyRegressor's optimizer: SGD(lr=0.05) and nothing else set, got {d['others']}"
+    if d.get("scheduler"):
+        return "configure_optimizers must give NoisyRegressor's optimizer alone: NoisyRegressor has no learning-rate scheduler"
     return None
 
 

@@ -98,12 +98,15 @@ def _drawn_run(rng, widths, how):
 def _drops(rng, widths, steps, world_size):
     """Which parameters lose their .grad, where: at the first step one tensor on every rank (the mean is zero
     there; an answer that cannot take a missing .grad then fails on every rank alike, and no rank is left
-    waiting in a collective), at the second one on one rank only, then a few at random."""
+    waiting in a collective), at the second one on one rank only, at the third one on every rank again (the
+    moments are not zero by then: Adam still moves it), then a few at random."""
     tensors = 2 * (len(widths) - 1)
     drops = [{"step": 0, "param": rng.randrange(tensors), "ranks": list(range(world_size))}]
     if steps > 1:
         drops.append({"step": 1, "param": rng.randrange(tensors), "ranks": [rng.randrange(world_size)]})
-    for step in range(2, steps):
+    if steps > 2:  # on every rank after a step: the moments are not zero, so Adam still moves that parameter
+        drops.append({"step": 2, "param": rng.randrange(tensors), "ranks": list(range(world_size))})
+    for step in range(3, steps):
         if rng.random() < 0.5:
             drops.append({"step": step, "param": rng.randrange(tensors),
                           "ranks": sorted(rng.sample(range(world_size), rng.randint(1, world_size)))})
@@ -111,8 +114,9 @@ def _drops(rng, widths, steps, world_size):
 
 
 def _drawn_launch(rng, world_size, widths_list):
-    """The runs of one launch, then one more whose steps leave some parameters without .grad on some ranks."""
-    hows = ["keywords", "positional", rng.choice(["defaults", "lr_only"])] + ["keywords"] * (len(widths_list) - 3)
+    """The runs of one launch (the text's defaults always among them), then one more whose steps leave some
+    parameters without .grad on some ranks."""
+    hows = (["keywords", "positional", "defaults", "lr_only"] + ["keywords"] * len(widths_list))[:len(widths_list)]
     rng.shuffle(hows)
     runs = [_drawn_run(rng, widths, how) for widths, how in zip(widths_list, hows)]
     missing = _drawn_run(rng, _widths(rng, world_size), "keywords")

@@ -50,6 +50,8 @@ HIDDEN = {
         Case("other kinds raise ValueError", pmap.observe_other_kinds, pmap.judge_other_kinds, draw=pmap.draw_other_kinds),
         Case("kind='cpu': fn's CPU time is spent outside the calling process (seen by the grader)", pmap.observe_cpu_time,
              pmap.judge_cpu_time, draw=pmap.draw_cpu_time, seen=True),
+        Case("kind='io', workers=None: the pool's default, at least one thread per core at once", pmap.observe_io_default,
+             pmap.judge_io_default, draw=pmap.draw_io_default),
     ],
     "lines_dataset": [
         Case("other files: len and every item (negative, zero, up to the int64 limits, no newline at the end)",
@@ -87,8 +89,9 @@ CLAUSES = {
         'kind="cpu": fn runs in processes (other than the caller)': [_PM_PUBLIC[2], _PM[1], _PM[5]],
         'kind="io": fn runs in threads of this process (not the calling thread)': [_PM[0]],
         "any other kind raises ValueError (other case, spaces, other types, with or without items)": [_PM[4]],
-        "workers: at most that many threads or processes; None means the pool's default": [_PM[0], _PM[1], _PM[3]],
+        "workers: at most that many threads or processes; None means the pool's default": [_PM[0], _PM[1], _PM[3], _PM[6]],
         "items may be empty: the result is []": [_PM[3]],
+        "fn raising on an item: the list comprehension raises, and so does parallel_map (the same exception type)": [_PM[3]],
     },
     "lines_dataset": {
         "a torch.utils.data.Dataset; len(ds) is the number of lines": [_LD[0], _LD[1]],

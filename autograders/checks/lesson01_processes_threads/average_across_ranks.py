@@ -152,4 +152,8 @@ def judge_generated_mean(d, inputs):
             close = (abs(a - b) <= 4 * eps * scale for a, b, scale in zip(got["values"], mean, scales))  # NaN is never close
             if len(got["values"]) != len(mean) or not all(close):
                 return f"{world_size} ranks, rank {rank}: not the element-wise mean over all ranks for {what}"
+        held = {rank: averages[i]["values"] for rank, averages in results.items()}
+        if len({repr(values) for values in held.values()}) > 1:  # bit for bit: every rank must step the same weights
+            return (f"{world_size} ranks: the mean of a {spec['dtype']} tensor of shape {spec['shape']} is not the same "
+                    "on every rank, bit for bit (each rank summed in its own order?)")
     return None

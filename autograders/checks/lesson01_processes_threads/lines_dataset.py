@@ -28,7 +28,8 @@ def _file(rng, count, newline_at_end):
 
 def draw_dataset_items(rng):
     """Two files (a newline after the last line, and none), each with 0, 2**53 + 1 and the int64 limits
-    among drawn integers; the items read in a drawn order, some through NumPy indices."""
+    among drawn integers; both datasets made before either is read (two alive at once); the items read in
+    a drawn order, some through NumPy indices."""
     files = []
     for newline_at_end in (True, False):
         f = _file(rng, rng.randint(8, 16), newline_at_end)
@@ -53,11 +54,13 @@ def observe_dataset_items(ns, files):
     from gpucourse.checks import answer
 
     folder = Path(tempfile.mkdtemp())
-    result = []
+    datasets = []  # every dataset made before any is read: each keeps its own file's lines
     for number, f in enumerate(files):
         path = folder / f"lines{number}.txt"
         path.write_text("\n".join(str(v) for v in f["values"]) + ("\n" if f["newline_at_end"] and f["values"] else ""))
-        dataset = answer(ns, "LinesDataset")(str(path))
+        datasets.append(answer(ns, "LinesDataset")(str(path)))
+    result = []
+    for f, dataset in zip(files, datasets):
         items = {}
         for i in f["order"]:
             index = numpy.int64(i) if i in f["numpy"] else i

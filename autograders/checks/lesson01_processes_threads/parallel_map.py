@@ -113,6 +113,11 @@ def draw_applied(rng):
         runs.append({"fn": one, "kind": kind, "workers": rng.choice([None, 1, 2]), "items": describe([ITEM_DRAWS[one](rng)])})
         runs.append({"fn": rng.choice(names), "kind": kind, "workers": rng.choice([None, 2]),
                      "items": describe(rng.choice([[], ()]))})
+        # an item on which fn raises: [fn(x) for x in items] raises, and so must parallel_map (the same type)
+        fn, bad = rng.choice([("math.floor", float("inf")), ("math.floor", float("nan")), ("str.upper", rng.randint(-9, 9))])
+        values = [ITEM_DRAWS[fn](rng) for _ in range(rng.randint(1, 4))]
+        values.insert(rng.randint(0, len(values)), bad)
+        runs.append({"fn": fn, "kind": kind, "workers": rng.choice([None, 1, 2]), "items": describe(values)})
     return runs
 
 
@@ -154,9 +159,15 @@ def judge_applied(found, runs):
         where = _run_words(run)
         if found := unreported(got, where):
             return found
+        try:
+            want = describe(reference_parallel_map(functions[run["fn"]], _items(run), run["kind"]))
+        except Exception as error:  # fn raises on an item: the list comprehension raises it
+            if type(error).__name__ not in got.get("raised", []):
+                return (f"{where}: fn raises {type(error).__name__} on an item, so [fn(x) for x in items] raises it; "
+                        f"parallel_map {'raised ' + got['raised'][0] if got.get('raised') else 'returned'} instead")
+            continue
         if "raised" in got:
             return f"{where} raised {(got['raised'] or ['an exception'])[0]}"
-        want = describe(reference_parallel_map(functions[run["fn"]], _items(run), run["kind"]))
         if not same(got["returned"], want, rel=0, abs_tol=0):
             if type_words(got["returned"]) != "a list":
                 return f"{where} returned {type_words(got['returned'])}, not a list"
@@ -207,8 +218,55 @@ def judge_io_threads(d, runs):
 
 
 def draw_cpu_processes(rng):
-    """One process pool (each costs a start-up): workers 1 or 2, over drawn items."""
-    return {"workers": rng.choice([1, 2]), "items": describe([_number(rng) for _ in range(rng.randint(5, 9))])}
+    """One process pool (each costs a start-up): workers=1, the boundary (one worker process, still not this
+    one), over drawn items."""
+    return {"workers": 1, "items": describe([_number(rng) for _ in range(rng.randint(5, 9))])}
+
+
+def draw_io_default(rng):
+    """workers=None (by name, or left out) over more items than this machine has cores."""
+    return {"by_name": rng.random() < 0.5, "extra": rng.randint(1, 4)}
+
+
+def observe_io_default(ns, drawn):
+    """parallel_map(meet, items, "io") with workers=None: the first min(len(items), cores) calls wait for each
+    other (a barrier, 10 s at most): every pool's default (ThreadPoolExecutor's, multiprocessing's ThreadPool)
+    runs at least as many threads at once as the machine has cores, so they meet; one thread, or a fixed small
+    count, does not."""
+    import os
+    import threading
+
+    from gpucourse.checks import answer
+
+    cores = os.cpu_count() or 1
+    items = list(range(cores + drawn["extra"]))
+    parties = min(len(items), cores)
+    barrier, lock, seen = threading.Barrier(parties, timeout=10), threading.Lock(), [0]
+
+    def meet(x):
+        with lock:
+            seen[0] += 1
+            waits = seen[0] <= parties
+        if waits:
+            try:
+                barrier.wait()
+            except threading.BrokenBarrierError:
+                return [x, False]
+        return [x, True]
+
+    kwargs = {"workers": None} if drawn["by_name"] else {}
+    rows = answer(ns, "parallel_map")(meet, items, "io", **kwargs)
+    return {"cores": cores, "parties": parties, "xs": [row[0] for row in rows], "met": all(row[1] for row in rows)}
+
+
+def judge_io_default(d, drawn):
+    call = "workers=None" if drawn["by_name"] else "workers left out"
+    if d["xs"] != list(range(d["cores"] + drawn["extra"])):
+        return f"kind='io', {call}: results are not [fn(x) for x in items]"
+    if not d["met"]:
+        return (f"kind='io', {call}: fewer than {d['parties']} threads ran at once on a {d['cores']}-core machine: "
+                "workers=None means the pool's default, and every pool's default runs at least one thread per core")
+    return None
 
 
 def observe_cpu_processes(ns, run):

@@ -33,6 +33,8 @@ HIDDEN = {
              draw=measure.draw_measure_one_repeat),
         Case("the defaults (warmup=2, repeats=5), each alone too, and a float", measure.observe_measure_defaults,
              measure.judge_measure_defaults, draw=measure.draw_measure_defaults),
+        Case("work done on the host inside run(), calls under a millisecond: seconds, unrounded",
+             measure.observe_measure_host_work, measure.judge_measure_host_work, draw=measure.draw_measure_host_work),
     ],
     "sync_lines": [
         Case("line numbers are ints", sync.observe_sync_lines_as_given, sync.judge_sync_ints),
@@ -49,7 +51,8 @@ HIDDEN = {
         Case("large blocks (512, 1024)", triton.observe_triton_launches, triton.judge_triton_launches, draw=triton.draw_triton_large),
         Case("float64 and float16, other sizes", triton.observe_triton_launches, triton.judge_triton_launches,
              draw=triton.draw_triton_dtypes),
-        Case("one pass: one kernel launch, block_size elements per program, no temporary tensor",
+        Case("one pass: one kernel launch (alpha 0 too), block_size elements per program (512, 1024, the default 128), "
+             "no temporary tensor",
              triton.observe_triton_one_pass, triton.judge_triton_one_pass, draw=triton.draw_triton_one_pass),
     ],
 }
@@ -73,6 +76,8 @@ CLAUSES = {
         "leaves the warm-up calls out of the result, and the work they queued too": [_ME[2], _ME[3]],
         "run only queues work: each call timed up to the end of its work (synchronize)":
             ["20 ms of asynchronous work per call measures as about 20 ms", _ME[2]],
+        "each call timed from before run() (its host work counts: on a CPU it is all the work)": [_ME[5]],
+        "the median seconds, as measured (calls under a millisecond too: no rounding)": [_ME[5]],
         "the median seconds per call over the repeats (not the mean, a trimmed mean, total or minimum)": [_ME[0], _ME[1]],
         "with an even number of repeats, either middle time or the mean of the two": [_ME[1]],
         "returns a float": [_ME[4]],
@@ -83,6 +88,7 @@ CLAUSES = {
         "alpha is any Python float (0, negative)": [_TR[0], _TR[3]],
         "any block_size (a power of two) the launcher is given, each program handling block_size elements":
             [_TR[0], _TR[1], _TR[3]],
+        "block_size=128 when the launcher is not given one": [_TR[3]],
         "the same dtype for x, y and out: float32, float16 or float64, computed to that dtype's precision":
             ["float16", _TR[2]],
         "writes nothing outside out[0] .. out[n-1]; leaves x and y unchanged": [_TR[0], _TR[1], _TR[2]],

@@ -151,3 +151,49 @@ def judge_measure_defaults(found, runs):
         if not got["is_float"]:
             return f"measure returned a {got['type']}: return the seconds as a float"
     return _judge_runs(found, runs)
+
+
+def draw_measure_host_work(rng):
+    """run() that does its work on the host, as on a CPU (synchronize has nothing to wait for): once 15 to
+    30 ms per call, once 0.2 to 0.45 ms (under a millisecond: a result rounded to ms, or a clock read in
+    whole ms, gives 0); warmup and repeats drawn."""
+    return [{"warmup": rng.randint(0, 2), "repeats": rng.choice([3, 5]), "work": round(rng.uniform(0.015, 0.03), 4)},
+            {"warmup": rng.randint(1, 3), "repeats": rng.choice([5, 7]), "work": round(rng.uniform(0.0002, 0.00045), 6)}]
+
+
+def observe_measure_host_work(ns, runs):
+    import time
+
+    from gpucourse.checks import answer
+    from gpucourse.timing import fastest_attempt  # a time that load pushed out is measured again
+
+    def once(run):
+        calls = [0]
+
+        def work():  # a spin on the wall clock: load can only make a call longer, never shorter
+            calls[0] += 1
+            end = time.perf_counter() + run["work"]
+            while time.perf_counter() < end:
+                pass
+
+        seconds = answer(ns, "measure")(work, lambda: None, warmup=run["warmup"], repeats=run["repeats"])
+        return {"seconds": float(seconds), "launches": calls[0]}
+
+    return [fastest_attempt(lambda: once(run), run["work"]) for run in runs]
+
+
+def judge_measure_host_work(found, runs):
+    """At least 0.6x the work per call (a spin never runs short); at most twice it and 20 ms more (load may
+    add to a host-bound call; a result in ms, not seconds, is 1000x too large)."""
+    if not isinstance(found, list) or len(found) != len(runs):
+        return "the answer was not called on every drawn input"
+    for run, got in zip(runs, found):
+        warmup, repeats, expected, seconds = run["warmup"], run["repeats"], run["work"], got["seconds"]
+        if got["launches"] != warmup + repeats:
+            return (f"with warmup={warmup}, repeats={repeats}, run should be called {warmup + repeats} times, "
+                    f"was called {got['launches']}")
+        if not 0.6 * expected <= seconds <= 2 * expected + 0.02:
+            return (f"run() doing {1000 * expected:.2f} ms of work on the host per call (synchronize waits for "
+                    f"nothing): measured {1000 * seconds:.3f} ms: time run() and synchronize() together, in "
+                    "unrounded seconds")
+    return None

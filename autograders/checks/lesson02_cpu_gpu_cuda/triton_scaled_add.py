@@ -143,13 +143,19 @@ def judge_triton_launches(rows, configs):
 
 
 def draw_triton_one_pass(rng):
-    """(n, block_size, dtype) with one element, a partial block, whole blocks; alpha and the seed drawn."""
-    configs = [[1, rng.choice(BLOCKS[:3]), "float32"]]
-    for _ in range(4):
+    """(n, block_size, dtype, alpha): one element with alpha 0 (a shortcut that skips the kernel is no pass),
+    partial and whole blocks with blocks of 16 to 1024 (512 and 1024 always), float16 or float64, and a call
+    that leaves block_size to its default (None here: 128 elements per program); alphas and the seed drawn."""
+    configs = [[1, rng.choice(BLOCKS[:3]), "float32", 0.0]]
+    for _ in range(3):
         block = rng.choice(BLOCKS[:5])
-        configs.append([rng.choice([block * rng.randint(1, 3), rng.randint(2, 3 * block)]), block, "float32"])
-    configs.append([rng.randint(2, 100), rng.choice(BLOCKS[:3]), rng.choice(["float16", "float64"])])
-    return {"configs": configs, "alpha": rng.choice([a for a in ALPHAS if a]), "seed": rng.randrange(2 ** 31)}
+        configs.append([rng.choice([block * rng.randint(1, 3), rng.randint(2, 3 * block)]), block, "float32", rng.choice(ALPHAS)])
+    configs.append([rng.randint(2, 2 * 512), 512, "float32", rng.choice(ALPHAS)])
+    configs.append([rng.randint(1025, 2047), 1024, "float32", rng.choice(ALPHAS)])
+    configs.append([rng.randint(2, 100), rng.choice(BLOCKS[:3]), rng.choice(["float16", "float64"]), rng.choice(ALPHAS)])
+    configs.append([rng.randint(129, 600), None, "float32", rng.choice([a for a in ALPHAS if a])])
+    configs[rng.randrange(1, len(configs))][3] = 0.0
+    return {"configs": configs, "seed": rng.randrange(2 ** 31)}
 
 
 def observe_triton_one_pass(ns, drawn):
@@ -159,7 +165,7 @@ def observe_triton_one_pass(ns, drawn):
     from gpucourse.checks import answer
     from gpucourse.kernels import INTERPRET_ENV, kernels_as, run_isolated
     launcher = answer(ns, "scaled_add")
-    configs, alpha, seed = drawn["configs"], drawn["alpha"], drawn["seed"]
+    configs, seed = drawn["configs"], drawn["seed"]
 
     def rows():
         import torch
@@ -194,7 +200,7 @@ def observe_triton_one_pass(ns, drawn):
         interpreter.InterpretedFunction.run = counted_run
         generator = torch.Generator().manual_seed(seed)
         with kernels_as("interpreted", ns, launcher):
-            for n, block_size, dtype_name in configs:
+            for n, block_size, dtype_name, alpha in configs:
                 dtype = getattr(torch, dtype_name)
                 x = torch.randn(n, generator=generator).to(dtype)
                 y = torch.randn(n, generator=generator).to(dtype)
@@ -203,7 +209,8 @@ def observe_triton_one_pass(ns, drawn):
                 row = {"n": n, "block_size": block_size, "dtype": dtype_name}
                 try:
                     with TorchOutside():
-                        returned = launcher(x, y, alpha, out, block_size=block_size)
+                        returned = (launcher(x, y, alpha, out) if block_size is None
+                                    else launcher(x, y, alpha, out, block_size=block_size))
                 except Exception as error:
                     row["error"] = f"{type(error).__name__}: {error}"[:300]
                     yield row
@@ -224,11 +231,13 @@ def judge_triton_one_pass(d, drawn):
         return next((f"raised {r['error']}" for r in d if "error" in r), None) or \
             next((f"the process running the kernel died ({r['crashed']})" for r in d if "crashed" in r), None) or \
             f"only {len(d)} of {len(configs)} launches reported"
-    for (n, block_size, dtype_name), row in zip(configs, d):
+    for (n, block_size, dtype_name, alpha), row in zip(configs, d):
         dtype = getattr(torch, dtype_name)
         x = torch.randn(n, generator=generator).to(dtype)
         y = torch.randn(n, generator=generator).to(dtype)
-        where = f"n={n}, block_size={block_size}, {dtype_name}"
+        where = (f"n={n}, block_size left to its default, {dtype_name}, alpha={alpha}" if block_size is None
+                 else f"n={n}, block_size={block_size}, {dtype_name}, alpha={alpha}")
+        block_size = 128 if block_size is None else block_size  # the text's default
         if "error" in row:
             return f"{where}: raised {row['error']}"
         if row["launches"] != 1:
@@ -241,7 +250,7 @@ def judge_triton_one_pass(d, drawn):
                     "block_size: pass block_size to the kernel as its tl.constexpr block")
         if not row["returned_out"]:
             return f"{where}: did not return out"
-        want = (drawn["alpha"] * x.double() + y.double()).to(dtype).double().tolist()
+        want = (alpha * x.double() + y.double()).to(dtype).double().tolist()
         tolerance = {torch.float16: 1e-2, torch.float64: 1e-12}.get(dtype, 1e-5)
         got = row["out"]
         if len(got) != n or not all(isinstance(g, float) and math.isclose(g, w, rel_tol=tolerance, abs_tol=tolerance)

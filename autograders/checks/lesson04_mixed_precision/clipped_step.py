@@ -7,13 +7,14 @@ import functools
 # --- clipped_step ---------------------------------------------------------------------------
 # What the exercise text and answer line require, for one step:
 #  1. zero the gradients first (the step after another must not add the old gradients) -> "two steps
-#     in a row ..." (the second step's parameters)
+#     in a row ..." (the second step's parameters); gradients already there at the first step (cases 1, 3)
 #  2. output and cross-entropy loss under torch.autocast(device_type, dtype=dtype), the device type and
 #     dtype given (bfloat16 too, and 'cuda'); backward of scaler.scale(loss) outside it -> "autocast with
 #     the device type and dtype given ..." and "generated sizes ..." (parameters equal the reference's)
 #  3. scaler.unscale_(optimizer) after backward and before clipping, so that the clip sees the true
 #     gradients -> public cases, and "generated sizes ..." with max_norm below and above the true norm
-#  4. clip the total norm of all the model's gradients to max_norm -> "generated sizes ..."
+#  4. clip the total norm of all the model's gradients to max_norm -> "generated sizes ..." (cases 2 and 3:
+#     an optimizer of two parameter groups)
 #  5. scaler.step(optimizer), then scaler.update() -> public order case; "an overflowing step ..."
 #     (the scale backs off, and the next step does not raise)
 #  6. return the total norm before clipping, a float; on an overflowing step it is inf or nan and
@@ -35,6 +36,20 @@ def observe_clipped_generated(ns, drawn):
     from torch import nn
     from gpucourse.checks import answer
 
+    def _optimizer(model, case):  # the same in clipped_generated_expected: an observer is self-contained
+        """SGD over all the model's parameters: one group, or (cases 2 and 3) two groups of their own
+        learning rates: "all the model's gradients" are every group's."""
+        if case < 2:
+            return torch.optim.SGD(model.parameters(), lr=0.2)
+        first, *rest = list(model.children())
+        return torch.optim.SGD([{"params": first.parameters(), "lr": 0.2},
+                                {"params": [p for m in rest for p in m.parameters()], "lr": 0.1}])
+
+    def _stale_gradients(model, data, case):
+        """Cases 1 and 3 start with gradients already there (a backward nobody stepped): the step zeroes them first."""
+        if case % 2 == 1:
+            nn.functional.cross_entropy(model(data[1][0] * 3), data[1][1]).backward()
+
     # the judge computes in full float32 precision; the notebook may have set "high" (TF32 or bf16 passes)
     precision = torch.get_float32_matmul_precision()
     torch.set_float32_matmul_precision("highest")
@@ -51,7 +66,8 @@ def observe_clipped_generated(ns, drawn):
             true_norm = float(torch.cat([p.grad.flatten() for p in probe.parameters()]).norm())
             max_norm = true_norm * (rng.uniform(0.05, 0.5) if case % 2 == 0 else rng.uniform(2, 5))
             init_scale = 2.0 ** rng.randint(6, 14)
-            optimizer = torch.optim.SGD(model.parameters(), lr=0.2)
+            optimizer = _optimizer(model, case)
+            _stale_gradients(model, data, case)
             scaler = torch.amp.GradScaler("cpu", init_scale=init_scale, growth_interval=1)
             norms, params, is_float = [], [], True
             for inputs, targets in data:
@@ -92,6 +108,21 @@ def clipped_generated_expected(seed: int, dtypes: tuple[str, ...]) -> list[dict]
 
     rng = random.Random(seed)
     expected = []
+
+    def _optimizer(model, case):  # as in observe_clipped_generated
+        """SGD over all the model's parameters: one group, or (cases 2 and 3) two groups of their own
+        learning rates: "all the model's gradients" are every group's."""
+        if case < 2:
+            return torch.optim.SGD(model.parameters(), lr=0.2)
+        first, *rest = list(model.children())
+        return torch.optim.SGD([{"params": first.parameters(), "lr": 0.2},
+                                {"params": [p for m in rest for p in m.parameters()], "lr": 0.1}])
+
+    def _stale_gradients(model, data, case):
+        """Cases 1 and 3 start with gradients already there (a backward nobody stepped): the step zeroes them first."""
+        if case % 2 == 1:
+            nn.functional.cross_entropy(model(data[1][0] * 3), data[1][1]).backward()
+
     from gpucourse.checks.seeded import global_rng  # the grader's threads share torch's generator
     with global_rng():
         for case in range(4):
@@ -104,7 +135,8 @@ def clipped_generated_expected(seed: int, dtypes: tuple[str, ...]) -> list[dict]
             true_norm = float(torch.cat([p.grad.flatten() for p in probe.parameters()]).norm())
             max_norm = true_norm * (rng.uniform(0.05, 0.5) if case % 2 == 0 else rng.uniform(2, 5))
             init_scale = 2.0 ** rng.randint(6, 14)
-            optimizer = torch.optim.SGD(model.parameters(), lr=0.2)
+            optimizer = _optimizer(model, case)
+            _stale_gradients(model, data, case)
             scaler = torch.amp.GradScaler("cpu", init_scale=init_scale, growth_interval=1)
             norms, params = [], []
             for inputs, targets in data:

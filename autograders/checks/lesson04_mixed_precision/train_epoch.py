@@ -14,7 +14,7 @@
 #     and "the scaled loss backpropagated, then scaler.step, then scaler.update, once per batch"
 #  5. then scaler.step(optimizer) and scaler.update() -> "the scaled loss backpropagated, ..."
 #  6. return the epoch's mean loss (unscaled; over batches or over items) as a float -> "returns the
-#     mean loss ..."
+#     mean loss ..." (the scale changes at every step, so only the unscaled losses give it)
 #  evaluate(model, loader, device_type, dtype):
 #  7. the fraction of correct predictions (argmax) over all items, as a float -> "evaluate: the
 #     fraction of correct predictions over all items ..."
@@ -90,7 +90,9 @@ def observe_amp_epoch(ns, drawn):
     torch.Tensor.to = recording_to
     try:
         result = answer(ns, "train_epoch")(model, list(batches), RecordedSGD(model.parameters(), lr=0.05),
-                                           RecordedScaler("cpu", init_scale=1024.0), "cpu", torch.float16)
+                                           # the scale doubles after every step (growth_interval=1): a mean taken
+                                           # from the scaled losses and one scale is not the unscaled losses' mean
+                                           RecordedScaler("cpu", init_scale=1024.0, growth_interval=1), "cpu", torch.float16)
     finally:
         torch.Tensor.to = real_to
     return {"events": events, "moved": len(moved),

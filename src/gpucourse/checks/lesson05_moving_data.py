@@ -90,6 +90,21 @@ register("to_device", Case("a nested batch to CUDA (two pinned tensors, one not)
 def observe_loader_settings(ns):
     from gpucourse.checks import answer
     settings = answer(ns, "loader_settings")
+
+    def _refused(settings: dict) -> str | None:  # nested: an observer is self-contained
+        """What DataLoader says to ``settings`` as given, other keys too (``prefetch_factor`` with no workers is
+        refused, as is a key it does not take), or None where it takes them."""
+        import warnings
+
+        from torch.utils.data import DataLoader
+        try:
+            with warnings.catch_warnings():  # "will create 8 worker processes": this machine's cores are not the scenario's
+                warnings.simplefilter("ignore")
+                DataLoader(range(4), **{str(k): v for k, v in settings.items()})
+        except Exception as e:  # noqa: BLE001 - whatever DataLoader raises is its refusal, named to the student
+            return f"{type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''}"
+        return None
+
     out = {}
     for key, value in settings.items():
         if not isinstance(value, dict):
@@ -101,21 +116,6 @@ def observe_loader_settings(ns):
                     for name in ("pin_memory", "num_workers", "persistent_workers")}
         out[key]["refused"] = _refused(value)
     return out
-
-
-def _refused(settings: dict) -> str | None:
-    """What DataLoader says to ``settings`` as given, other keys too (``prefetch_factor`` with no workers is
-    refused, as is a key it does not take), or None where it takes them."""
-    import warnings
-
-    from torch.utils.data import DataLoader
-    try:
-        with warnings.catch_warnings():  # "will create 8 worker processes": this machine's cores are not the scenario's
-            warnings.simplefilter("ignore")
-            DataLoader(range(4), **{str(k): v for k, v in settings.items()})
-    except Exception as e:  # noqa: BLE001 - whatever DataLoader raises is its refusal, named to the student
-        return f"{type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''}"
-    return None
 
 
 def _judge_loader_form(d):

@@ -104,6 +104,8 @@ def observe_picklable(ns):
         results[name] = torch.as_tensor(m.augment(x)).detach().double().reshape(-1).tolist()
     torch.manual_seed(2)
     loss = model.training_step((x, y), 0)
+    if isinstance(loss, dict):  # Lightning takes {"loss": loss} as well as the loss itself
+        loss = loss.get("loss")
     return {"pickled": "ok", "augment": results, "same_weights": bool(torch.equal(model.net.weight, clone.net.weight)),
             "loss": float(torch.as_tensor(loss).detach().reshape(-1)[0])}
 
