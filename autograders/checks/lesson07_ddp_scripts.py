@@ -103,11 +103,12 @@ def judge_missing_gradients(d):
 
 
 def draw_average_inputs(rng):
-    """3 processes (a constant 2 shows), shards of 1 to 9 rows each (equal or not), TinyNet 1 to 16 wide, 1 to
-    4 steps, SGD with a drawn lr and momentum (0 included), a drawn seed."""
+    """3 processes (a constant 2 shows) on 3 machines, one each (LOCAL_WORLD_SIZE 1: the world is all of them),
+    shards of 1 to 9 rows each (equal or not), TinyNet 1 to 16 wide, 1 to 4 steps, SGD with a drawn lr and
+    momentum (0 included), a drawn seed."""
     rows = rng.choice([[1, 1, 1], [rng.randint(1, 9)] * 3, [rng.randint(1, 9) for _ in range(3)]])
     return {"seed": rng.randint(0, 10 ** 6), "steps": rng.randint(1, 4), "hidden": rng.choice([1, rng.randint(2, 16)]),
-            "rows": rows, "lr": round(rng.uniform(0.01, 0.3), 4), "momentum": rng.choice([0.0, 0.5, 0.9])}
+            "rows": rows, "lr": round(rng.uniform(0.01, 0.3), 4), "momentum": rng.choice([0.0, 0.5, 0.9]), "nodes": 3}
 
 
 def observe_average_drawn(ns, inputs):
@@ -259,6 +260,9 @@ def judge_accelerator_and_devices(d):
     for rank, r in sorted(d["ranks"].items()):
         if r["num_devices"] != 2:
             return f"rank {rank}: make_trainer(devices=2) gave a Trainer with {r['num_devices']} device(s)"
+        if r["probe"].get("one_device", 1) not in (1,) and not str(r["probe"].get("one_device", "")).startswith("raised"):
+            return (f"rank {rank}: make_trainer(devices=1) gave a Trainer with {r['probe']['one_device']} device(s): "
+                    "it must use the devices it is given")
         if r["probe"].get("gpu_without_gpus", "raised") != "raised":
             return (f"rank {rank}: on a machine without GPUs, make_trainer(accelerator='gpu') built a Trainer anyway: "
                     "it must use the accelerator it is given")
@@ -267,11 +271,12 @@ def judge_accelerator_and_devices(d):
 
 def draw_synced_inputs(rng):
     """Another validation set: an odd number of rows (DistributedSampler pads it), batches that do not divide
-    a rank's share, the outlier on either rank, 1 or 2 epochs, another seed and training set."""
+    a rank's share, the outlier on either rank and below its prediction (the largest error is then a
+    negative one: a max of signed errors misses it), 1 or 2 epochs, another seed and training set."""
     val_rows = rng.choice([5, 7, 9, 11, 13])
     return {"seed": rng.randint(1, 10 ** 6), "train_rows": rng.choice([8, 12, 16]), "train_batch": rng.randint(2, 5),
             "val_rows": val_rows, "val_batch": rng.randint(2, 4), "outlier": rng.randrange(val_rows),
-            "max_epochs": rng.randint(1, 2)}
+            "outlier_shift": -25.0, "max_epochs": rng.randint(1, 2)}
 
 
 def observe_synced_drawn(ns, inputs):
@@ -334,18 +339,21 @@ CLAUSES = {
             [AVG[0], AVG[2], "both ranks end with DDP's weights"],
         "called on every process: all processes end with the same weights": ["both ranks end with DDP's weights", AVG[2]],
         "a parameter whose .grad is None is left alone": [AVG[1], AVG[2]],
-        "over all processes, whatever their number (dist.get_world_size())": [AVG[2]],
+        "over all processes, whatever their number (dist.get_world_size()), on any number of machines (not "
+        "LOCAL_WORLD_SIZE)": [AVG[2]],
     },
     "accumulate_no_sync": {
         "the loss of a micro-batch is F.mse_loss(ddp_model(x), y) / accum_steps": [ACC_PUBLIC, ACC],
         "optimizer.step() then zero_grad() after every accum_steps micro-batches, for any accum_steps": [ACC_PUBLIC, ACC],
         "the last, shorter group steps too, its losses still divided by accum_steps": [ACC],
+        "the gradients zero when it returns (zero_grad after the last step too), as when it was called": [ACC_PUBLIC, ACC],
         "DDP all-reduces once per optimizer step (no_sync on the others), no collective of its own": [ACC_PUBLIC, ACC],
         "the other process's micro-batches may be of other sizes": [ACC],
     },
     "synced_metrics": {
         "val_loss: the mean squared error over the whole validation set, every validation epoch": [SYN[0], SYN[5]],
-        "val_max_error: the largest absolute error over the whole validation set, every validation epoch": [SYN[1], SYN[5]],
+        "val_max_error: the largest absolute error over the whole validation set, every validation epoch (a "
+        "negative error too)": [SYN[1], SYN[5]],
         "both with that value on every process": [SYN[0], SYN[1], "DDP on 2 processes, identical weights, val_loss over all ranks"],
         "make_trainer trains for max_epochs epochs": [SYN[3], SYN[5]],
         "DDP over the processes torchrun started": [SYN[2], "DDP on 2 processes, identical weights, val_loss over all ranks"],

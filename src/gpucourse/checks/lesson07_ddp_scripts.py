@@ -36,6 +36,12 @@ def drive_average_gradients(ns, inputs=None):
     inputs = {**AVERAGE_INPUTS, **(inputs or {})}
     device = init_process_group()
     rank, world = dist.get_rank(), dist.get_world_size()
+    if inputs.get("nodes"):  # the ranks as torchrun places them on that many machines: LOCAL_WORLD_SIZE is one node's
+        import os
+
+        local = world // inputs["nodes"]
+        os.environ.update(LOCAL_WORLD_SIZE=str(local), LOCAL_RANK=str(rank % local), GROUP_RANK=str(rank // local),
+                          NODE_RANK=str(rank // local), GROUP_WORLD_SIZE=str(inputs["nodes"]))
     rows = inputs["rows"][rank % len(inputs["rows"])]
     torch.manual_seed(inputs["seed"])
     mine = TinyNet(inputs["hidden"]).to(device)
@@ -194,6 +200,8 @@ def drive_accumulate(ns, inputs=None):
         record["own_collectives"] = sorted(set(own))
         record["own_collective_calls"] = len(own)
         record["weights"] = [float(w) for w in torch.cat([p.detach().reshape(-1) for p in model.parameters()]).cpu()]
+        # the text: zero_grad() after every step, the last one too, so the next call starts from zero gradients
+        record["gradients_left"] = sum(1 for p in model.parameters() if p.grad is not None and bool(p.grad.any()))
         records.append(record)
         if not settle("error" in record):  # a rank raised: every rank stops here, at once
             break
@@ -265,6 +273,11 @@ def judge_accumulate_runs(d, runs=None, inputs=None, expected=None):
         if not worst <= 1e-5:  # NaN is never close
             return (f"{where} the weights differ from one process training on both ranks' micro-batches "
                     f"by up to {worst:.3g}")
+        for rank, r in sorted(ranks.items()):
+            if r["runs"][i].get("gradients_left"):
+                return (f"{where}, rank {rank}: {r['runs'][i]['gradients_left']} parameter(s) still hold gradients when "
+                        "train_accumulating returns: optimizer.step(), then optimizer.zero_grad(), after every group, "
+                        "the last, shorter one too")
     return None
 
 
@@ -301,7 +314,7 @@ def drive_synced_metrics(ns, inputs=None):
     inputs = {**SYNCED_INPUTS, **(inputs or {})}
     x, y = regression_batch(0, per_rank=inputs["train_rows"], seed=inputs["seed"])
     xv, yv = regression_batch(1, per_rank=inputs["val_rows"], seed=inputs["seed"])
-    yv[inputs["outlier"]] += 25.0
+    yv[inputs["outlier"]] += inputs.get("outlier_shift", 25.0)
     world = int(os.environ.get("WORLD_SIZE", "1"))
     train = DataLoader(TensorDataset(x, y), batch_size=inputs["train_batch"])
     val = DataLoader(TensorDataset(xv, yv), batch_size=inputs["val_batch"])
@@ -313,6 +326,10 @@ def drive_synced_metrics(ns, inputs=None):
         probe["max_epochs"] = other.max_epochs
     except Exception as error:
         probe["max_epochs"] = f"raised {type(error).__name__}"
+    try:  # and another device count: built with it, or refused where torchrun started another number of processes
+        probe["one_device"] = ns["make_trainer"](max_epochs=1, accelerator=accelerator, devices=1).num_devices
+    except Exception as error:
+        probe["one_device"] = f"raised {type(error).__name__}"
     if accelerator == "cpu":
         try:
             ns["make_trainer"](max_epochs=1, accelerator="gpu", devices=world)
@@ -363,7 +380,7 @@ def validation_metrics(predictions, inputs=None, world_size=2) -> dict:
     inputs = {**SYNCED_INPUTS, **(inputs or {})}
     _, yv = regression_batch(1, per_rank=inputs["val_rows"], seed=inputs["seed"])
     targets = [float(t) for t in yv]
-    targets[inputs["outlier"]] += 25.0
+    targets[inputs["outlier"]] += inputs.get("outlier_shift", 25.0)
     if not isinstance(predictions, list) or len(predictions) != len(targets):
         return {}
     errors = [abs(p - t) for p, t in zip(predictions, targets)]
