@@ -44,7 +44,7 @@ def observe_to_device_runs(ns, runs):
             kind = node[0]
             if kind == "tensor":
                 _, number, dtype, shape, is_pinned = node[:5]
-                extra = node[5] if len(node) > 5 else {}
+                extra = node[5] if len(node) > 5 else {}  # _extra(node), here in the self-contained observer
                 count = 1
                 for n in shape:
                     count *= n
@@ -63,11 +63,10 @@ def observe_to_device_runs(ns, runs):
             if kind in ("list", "tuple"):
                 items = [build(value) for value in node[1]]
                 return items if kind == "list" else tuple(items)
-            value = {"none": None, "str": "text", "int": 3, "big int": 2 ** 70 + 1, "float": 2.5, "bool": True,
-                     "bytes": b"raw", "object": object(), "ndarray": np.arange(3), "empty str": "",
-                     "module": "module"}[node[1]]
-            if node[1] == "module":  # not a tensor, but it has .to(): it must come back as it was, not moved
-                value = torch.nn.Linear(2, 2)
+            # a module is not a tensor, but it has .to(): it must come back as it was, not moved
+            value = torch.nn.Linear(2, 2) if node[1] == "module" else {
+                "none": None, "str": "text", "int": 3, "big int": 2 ** 70 + 1, "float": 2.5, "bool": True,
+                "bytes": b"raw", "object": object(), "ndarray": np.arange(3), "empty str": ""}[node[1]]
             originals.append(value)
             return value
 
@@ -168,6 +167,11 @@ def reference_to_device(node):
     return ["value"]
 
 
+def _extra(node) -> dict:
+    """A tensor node's sixth item ({"param": True}, {"on": "cuda:1"}), or {} where it has none."""
+    return node[5] if len(node) > 5 else {}
+
+
 def _tensors(node):
     if node[0] == "tensor":
         return [node]
@@ -223,8 +227,8 @@ def judge_moves(run, got) -> str | None:
         by_tensor.setdefault(call["tensor"], []).append(call)
     for node in _tensors(run["batch"]):
         number, dtype, shape, pinned = node[1:5]
-        on = (node[5] if len(node) > 5 else {}).get("on")
-        kind = "an nn.Parameter" if (node[5] if len(node) > 5 else {}).get("param") else "a tensor"
+        on = _extra(node).get("on")
+        kind = "an nn.Parameter" if _extra(node).get("param") else "a tensor"
         where = (f"{kind} on {on} to {target}" if on else
                  f"{'a pinned' if pinned else 'a pageable'} {kind.removeprefix('a ').removeprefix('an ')} to {target}")
         moves = by_tensor.get(number, [])

@@ -373,7 +373,7 @@ def judge_own_noise(outs, inputs):
 def observe_optimizer(ns):
     from gpucourse.checks import answer
     model = answer(ns, "SpawnSafeRegressor")(noise=0.2)
-    configured = model.configure_optimizers()
+    configured = returned = model.configure_optimizers()
     if isinstance(configured, dict):
         configured = configured.get("optimizer")
     while isinstance(configured, (list, tuple)) and configured:
@@ -384,9 +384,8 @@ def observe_optimizer(ns):
     if not groups:
         return {"type": type(configured).__name__}
     ids = sorted(id(p) for group in groups for p in group["params"])
-    scheduled = model.configure_optimizers()
-    scheduler = (isinstance(scheduled, dict) and scheduled.get("lr_scheduler") is not None) or (
-        isinstance(scheduled, (list, tuple)) and len(scheduled) > 1 and bool(scheduled[1]))
+    scheduler = (isinstance(returned, dict) and returned.get("lr_scheduler") is not None) or (
+        isinstance(returned, (list, tuple)) and len(returned) > 1 and bool(returned[1]))
     return {"type": type(configured).__name__, "lr": [group["lr"] for group in groups],
             "momentum": [group.get("momentum", 0) for group in groups],
             "others": [{k: v for k, v in group.items() if k in ("weight_decay", "dampening", "nesterov", "maximize")}

@@ -260,9 +260,9 @@ def judge_accelerator_and_devices(d):
     for rank, r in sorted(d["ranks"].items()):
         if r["num_devices"] != 2:
             return f"rank {rank}: make_trainer(devices=2) gave a Trainer with {r['num_devices']} device(s)"
-        if r["probe"].get("one_device", 1) not in (1,) and not str(r["probe"].get("one_device", "")).startswith("raised"):
-            return (f"rank {rank}: make_trainer(devices=1) gave a Trainer with {r['probe']['one_device']} device(s): "
-                    "it must use the devices it is given")
+        one = r["probe"].get("one_device", 1)  # 1, or refused: torchrun started another number of processes
+        if one != 1 and not str(one).startswith("raised"):
+            return f"rank {rank}: make_trainer(devices=1) gave a Trainer with {one} device(s): it must use the devices it is given"
         if r["probe"].get("gpu_without_gpus", "raised") != "raised":
             return (f"rank {rank}: on a machine without GPUs, make_trainer(accelerator='gpu') built a Trainer anyway: "
                     "it must use the accelerator it is given")

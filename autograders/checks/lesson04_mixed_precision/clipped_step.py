@@ -27,8 +27,8 @@ def draw_clipped(rng):
 
 
 def observe_clipped_generated(ns, drawn):
-    """The student's clipped_step twice in a row on 4 generated models: norms, parameters, scale. The
-    judge runs a correct step on the same models itself (clipped_generated_expected, reference_clipped_step)."""
+    """``ns``'s clipped_step twice in a row on 4 generated models: norms, parameters, scale. The judge runs
+    this same observer on the grader's side with reference_clipped_step (clipped_generated_expected)."""
     import copy
     import random
 
@@ -36,7 +36,7 @@ def observe_clipped_generated(ns, drawn):
     from torch import nn
     from gpucourse.checks import answer
 
-    def _optimizer(model, case):  # the same in clipped_generated_expected: an observer is self-contained
+    def _optimizer(model, case):
         """SGD over all the model's parameters: one group, or (cases 2 and 3) two groups of their own
         learning rates: "all the model's gradients" are every group's."""
         if case < 2:
@@ -76,7 +76,9 @@ def observe_clipped_generated(ns, drawn):
                 is_float = is_float and isinstance(value, float)
                 norms.append(float(value) if isinstance(value, (int, float, torch.Tensor)) else None)
                 params.append(torch.cat([p.detach().flatten() for p in model.parameters()]).double().tolist())
-            result.append({"is_float": is_float, "norms": norms, "params": params, "scale": float(scaler.get_scale())})
+            result.append({"is_float": is_float, "norms": norms, "params": params, "scale": float(scaler.get_scale()),
+                           "width": width, "batch": batch, "max_norm": max_norm, "clips": case % 2 == 0,
+                           "dtype": drawn["dtypes"][case]})
         return result
     finally:
         torch.set_float32_matmul_precision(precision)
@@ -98,54 +100,12 @@ def reference_clipped_step(model, inputs, targets, optimizer, scaler, device_typ
 
 @functools.lru_cache(maxsize=64)  # the cases of one submission judge the same draw
 def clipped_generated_expected(seed: int, dtypes: tuple[str, ...]) -> list[dict]:
-    """observe_clipped_generated's models and batches, rebuilt here (the same seed), stepped twice by a
-    correct clipped AMP step: what the student's steps must give. The grader's random state is kept."""
-    import copy
-    import random
-
-    import torch
-    from torch import nn
-
-    rng = random.Random(seed)
-    expected = []
-
-    def _optimizer(model, case):  # as in observe_clipped_generated
-        """SGD over all the model's parameters: one group, or (cases 2 and 3) two groups of their own
-        learning rates: "all the model's gradients" are every group's."""
-        if case < 2:
-            return torch.optim.SGD(model.parameters(), lr=0.2)
-        first, *rest = list(model.children())
-        return torch.optim.SGD([{"params": first.parameters(), "lr": 0.2},
-                                {"params": [p for m in rest for p in m.parameters()], "lr": 0.1}])
-
-    def _stale_gradients(model, data, case):
-        """Cases 1 and 3 start with gradients already there (a backward nobody stepped): the step zeroes them first."""
-        if case % 2 == 1:
-            nn.functional.cross_entropy(model(data[1][0] * 3), data[1][1]).backward()
-
+    """What the student's steps must give: observe_clipped_generated run here, on the same seed, with the
+    grader's own correct clipped AMP step. The grader's random state is kept."""
     from gpucourse.checks.seeded import global_rng  # the grader's threads share torch's generator
+
     with global_rng():
-        for case in range(4):
-            width, batch, classes = rng.randint(3, 12), rng.randint(2, 9), rng.randint(2, 5)
-            torch.manual_seed(seed + case)
-            model = nn.Sequential(nn.Linear(5, width), nn.GELU(), nn.Linear(width, classes))
-            data = [(torch.randn(batch, 5) * rng.uniform(0.5, 4), torch.randint(0, classes, (batch,))) for _ in range(2)]
-            probe = copy.deepcopy(model)
-            nn.functional.cross_entropy(probe(data[0][0]), data[0][1]).backward()
-            true_norm = float(torch.cat([p.grad.flatten() for p in probe.parameters()]).norm())
-            max_norm = true_norm * (rng.uniform(0.05, 0.5) if case % 2 == 0 else rng.uniform(2, 5))
-            init_scale = 2.0 ** rng.randint(6, 14)
-            optimizer = _optimizer(model, case)
-            _stale_gradients(model, data, case)
-            scaler = torch.amp.GradScaler("cpu", init_scale=init_scale, growth_interval=1)
-            norms, params = [], []
-            for inputs, targets in data:
-                norms.append(reference_clipped_step(model, inputs, targets, optimizer, scaler, "cpu",
-                                                    getattr(torch, dtypes[case]), max_norm))
-                params.append(torch.cat([p.detach().flatten() for p in model.parameters()]).double().tolist())
-            expected.append({"width": width, "batch": batch, "max_norm": max_norm, "clips": case % 2 == 0, "dtype": dtypes[case],
-                             "norms": norms, "params": params, "scale": float(scaler.get_scale())})
-    return expected
+        return observe_clipped_generated({"clipped_step": reference_clipped_step}, {"seed": seed, "dtypes": list(dtypes)})
 
 
 def _max_gap(got, want):
