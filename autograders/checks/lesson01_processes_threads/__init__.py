@@ -50,7 +50,7 @@ HIDDEN = {
         Case("other kinds raise ValueError", pmap.observe_other_kinds, pmap.judge_other_kinds, draw=pmap.draw_other_kinds),
         Case("kind='cpu': fn's CPU time is spent outside the calling process (seen by the grader)", pmap.observe_cpu_time,
              pmap.judge_cpu_time, draw=pmap.draw_cpu_time, seen=True),
-        Case("kind='io', workers=None: the pool's default, at least one thread per core at once", pmap.observe_io_default,
+        Case("kind='io', workers=None: the pool's default, one thread per core at once (up to 32)", pmap.observe_io_default,
              pmap.judge_io_default, draw=pmap.draw_io_default),
     ],
     "lines_dataset": [
