@@ -11,9 +11,9 @@ DistributedSampler must pad, batches of unequal size, 3 epochs.
 
 from gpucourse.checks import Case
 from gpucourse.checks.ddp import judge_script_ran
-from gpucourse.checks.lesson07_ddp_scripts import (AVERAGE_INPUTS, _judge_matches_ddp, gap, judge_accumulate_runs,
-                                       judge_synced_metric, observe_average_gradients, observe_synced_metrics,
-                                       validation_metrics)
+from gpucourse.checks.lesson07_ddp_scripts import (AVERAGE_INPUTS, _judge_matches_ddp, average_model, gap,
+                                       judge_accumulate_runs, judge_synced_metric, observe_average_gradients,
+                                       observe_synced_metrics, validation_metrics)
 
 
 # --- average_gradients ----------------------------------------------------------------------------
@@ -24,19 +24,24 @@ from gpucourse.checks.lesson07_ddp_scripts import (AVERAGE_INPUTS, _judge_matche
 # 3. a parameter whose .grad is None is left alone (stays None)            -> "parameters without a gradient", drawn case
 # 4. over all processes, whatever their number (dist.get_world_size(), not a constant 2)
 #                                                                          -> the drawn launch runs 3 processes
+# 5. every parameter of the model it is given, not only TinyNet's `body`   -> the drawn launch's model has a
+#                                                                             `head` layer after `body`
+# 6. only a None .grad is left alone: a gradient of zeros on one process still enters the mean (and that
+#    process still joins that all-reduce)                                  -> the drawn launch: one rank's rows
+#                                                                             all zeros (its first weight's gradient is 0)
 
 def reference_average(inputs):
     """Each step's mean gradient over the ranks and the weights at the end, one process (grader side)."""
     import torch
 
     from gpucourse.checks.seeded import global_rng
-    from gpucourse.ddp_scripts import TinyNet, flat_grads, regression_batch
+    from gpucourse.ddp_scripts import flat_grads, regression_batch
 
     inputs = {**AVERAGE_INPUTS, **(inputs or {})}
     world = len(inputs["rows"])
     with global_rng():  # the grader's threads share torch's generator
         torch.manual_seed(inputs["seed"])
-        model = TinyNet(inputs["hidden"])
+        model = average_model(inputs["hidden"], inputs.get("head", False))
     optimizer = torch.optim.SGD(model.parameters(), lr=inputs["lr"], momentum=inputs["momentum"])
     grads = []
     for step in range(inputs["steps"]):
@@ -44,10 +49,13 @@ def reference_average(inputs):
         for rank in range(world):
             rows = inputs["rows"][rank]
             x, y = regression_batch(step, rank, world, per_rank=max(inputs["rows"]), seed=inputs["seed"])
+            x = torch.zeros_like(x) if rank == inputs.get("zero_rank") else x
             (torch.nn.functional.mse_loss(model(x[:rows]), y[:rows]) / world).backward()
         grads.append([float(g) for g in flat_grads(model)])
         optimizer.step()
-    return {"grads": grads, "weights": [float(w) for p in model.parameters() for w in p.detach().reshape(-1)]}
+    owners = [name for name, p in model.named_parameters() for _ in range(p.numel())]
+    return {"grads": grads, "weights": [float(w) for p in model.parameters() for w in p.detach().reshape(-1)],
+            "owners": owners}
 
 
 def judge_average_launch(d, inputs=None):
@@ -60,6 +68,10 @@ def judge_average_launch(d, inputs=None):
         return ran
     want = reference_average(inputs)
     where = f"{world} processes, shards of {inputs['rows']} rows"
+    if inputs.get("head"):
+        where += ", a model with a layer after body"
+    if inputs.get("zero_rank") is not None:
+        where += f", rank {inputs['zero_rank']}'s rows all zeros (a gradient of zeros there)"
     for rank, r in sorted(d["ranks"].items()):
         if r["world_size"] != world:
             return f"rank {rank} saw world size {r['world_size']}"
@@ -74,8 +86,10 @@ def judge_average_launch(d, inputs=None):
         for step, (got, expected) in enumerate(zip(r["grads"], want["grads"])):
             worst = gap(got, expected)
             if not worst <= 1e-5:
+                gaps = [abs(a - b) if a == a else float("inf") for a, b in zip(got, expected)] if len(got) == len(expected) else []
+                at = f" (in {want['owners'][gaps.index(max(gaps))]})" if gaps else ""
                 return (f"{where}, rank {rank}, step {step}: the gradients after average_gradients differ from their "
-                        f"mean over all processes by up to {worst:.3g}")
+                        f"mean over all processes by up to {worst:.3g}{at}")
     weights = [r["weights"] for r in d["ranks"].values()]
     if any(w != weights[0] for w in weights[1:]):
         return f"{where}: the processes end with different weights"
@@ -104,11 +118,14 @@ def judge_missing_gradients(d):
 
 def draw_average_inputs(rng):
     """3 processes (a constant 2 shows) on 3 machines, one each (LOCAL_WORLD_SIZE 1: the world is all of them),
-    shards of 1 to 9 rows each (equal or not), TinyNet 1 to 16 wide, 1 to 4 steps, SGD with a drawn lr and
-    momentum (0 included), a drawn seed."""
+    shards of 1 to 9 rows each (equal or not), TinyNet 1 to 16 wide with a `head` layer after `body` (every
+    parameter, not only body's), one rank's rows all zeros (its first weight's gradient is exactly zero
+    there: still a gradient, not None), 1 to 4 steps, SGD with a drawn lr and momentum (0 included), a
+    drawn seed."""
     rows = rng.choice([[1, 1, 1], [rng.randint(1, 9)] * 3, [rng.randint(1, 9) for _ in range(3)]])
     return {"seed": rng.randint(0, 10 ** 6), "steps": rng.randint(1, 4), "hidden": rng.choice([1, rng.randint(2, 16)]),
-            "rows": rows, "lr": round(rng.uniform(0.01, 0.3), 4), "momentum": rng.choice([0.0, 0.5, 0.9]), "nodes": 3}
+            "rows": rows, "lr": round(rng.uniform(0.01, 0.3), 4), "momentum": rng.choice([0.0, 0.5, 0.9]), "nodes": 3,
+            "head": True, "zero_rank": rng.randrange(3)}
 
 
 def observe_average_drawn(ns, inputs):
@@ -309,7 +326,8 @@ HIDDEN = {
              observe_average_gradients, judge_gradients_every_step),
         Case("parameters without a gradient keep .grad None", observe_average_gradients, judge_missing_gradients),
         Case("drawn sizes, seed, lr and momentum on 3 processes: the gradients are the mean over all of them, "
-             "the weights DDP's", observe_average_drawn, judge_average_drawn, draw=draw_average_inputs),
+             "the weights DDP's; every parameter of the model (a layer outside body too); a gradient of zeros on "
+             "one process is still averaged", observe_average_drawn, judge_average_drawn, draw=draw_average_inputs),
     ],
     "accumulate_no_sync": [
         Case("drawn accum_steps (1 too) and micro-batch counts it may not divide, sizes unequal across ranks: one "
@@ -338,7 +356,9 @@ CLAUSES = {
         "afterwards each parameter's .grad holds the mean of that gradient over all processes, exactly DDP's":
             [AVG[0], AVG[2], "both ranks end with DDP's weights"],
         "called on every process: all processes end with the same weights": ["both ranks end with DDP's weights", AVG[2]],
-        "a parameter whose .grad is None is left alone": [AVG[1], AVG[2]],
+        "a parameter whose .grad is None is left alone (only None: a gradient of zeros is still averaged)":
+            [AVG[1], AVG[2]],
+        "each parameter of the model it is given (not only TinyNet's body)": [AVG[2]],
         "over all processes, whatever their number (dist.get_world_size()), on any number of machines (not "
         "LOCAL_WORLD_SIZE)": [AVG[2]],
     },

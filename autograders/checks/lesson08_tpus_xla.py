@@ -380,7 +380,8 @@ def judge_pad_compiles(d, inputs):
 #     than the steps, above 2**53), any losses (0 and negative ones too, float32 or float64)
 #  4. a last, shorter group is reported too, as its own mean
 #  5. no batches gives []
-#  6. at most one host read per reported value, in total
+#  6. at most one host read per reported value, in total (t.type(torch.DoubleTensor), a copy to the host
+#     like .cpu(), counts too)
 #  7. the losses may require grad
 # The loss's device ("whatever device the model is") is a CPU here: not checked.
 
@@ -451,10 +452,31 @@ def draw_log_loader(rng):
 
 
 def observe_log_runs(ns, runs):
+    """observe_log_losses on each run; ``t.type(torch.DoubleTensor)`` (or any CPU tensor type, by name too)
+    counted as a host read as well: on an accelerator it copies the tensor to the host, as ``.cpu()`` does."""
+    import torch
     from gpucourse.checks.lesson08_tpus_xla import observe_log_losses
 
-    return [observe_log_losses(ns, r["losses"], r["every"], requires_grad=r["requires_grad"], dtype=r["dtype"],
-                               loader=r["loader"]) for r in runs]
+    real_type, moves = torch.Tensor.type, []
+
+    def counted_type(self, *args, **kwargs):
+        wanted = args[0] if args else kwargs.get("dtype")
+        name = wanted if isinstance(wanted, str) else f"{getattr(wanted, '__module__', '')}.{getattr(wanted, '__name__', '')}"
+        if not isinstance(wanted, torch.dtype) and name.count(".") == 1 and name.endswith("Tensor"):  # torch.XTensor: CPU
+            moves.append(f"type({name})")
+        return real_type(self, *args, **kwargs)
+
+    records = []
+    torch.Tensor.type = counted_type
+    try:
+        for r in runs:
+            moves.clear()
+            record = observe_log_losses(ns, r["losses"], r["every"], requires_grad=r["requires_grad"], dtype=r["dtype"],
+                                        loader=r["loader"])
+            records.append(dict(record, reads=record["reads"] + len(moves), methods=(record["methods"] + moves)[:12]))
+    finally:
+        torch.Tensor.type = real_type
+    return records
 
 
 def judge_log_runs(observed, runs):

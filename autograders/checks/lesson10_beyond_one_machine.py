@@ -256,7 +256,7 @@ HIDDEN = {"slurm_ranks": [
 #     --nnodes = nodes, --nproc-per-node = GPUs; srun's own options and
 #     --ntasks agree                                                          -> "tasks per node"
 #  6. GPUs requested per node: --gres=gpu[:type]:N or --gpus-per-node=N, not
-#     --gpus (the whole job)                                                  -> "GPUs per node"
+#     --gpus (the whole job), nor --gpus-per-task on top (G for each task)    -> "GPUs per node"
 #  7. the command (any command, with its arguments) is launched by srun, as
 #     given, after the #SBATCH lines; other options are free                  -> "launched by srun"
 #  8. "one torchrun task per node that starts one worker per GPU" on several nodes: each node's torchrun

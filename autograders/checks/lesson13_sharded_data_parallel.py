@@ -5,8 +5,11 @@ is judged first; a submission that fails it is not launched again, and the hidde
 public record's failure. Otherwise two more launches, with inputs drawn at grading time (``Case.draw``):
 2 ranks on models whose parameter count 2 divides and does not, and 3 ranks on models of every remainder
 and of fewer parameters than processes; other Adam settings, steps and ways of building the optimizer
-(keywords, positional, the text's defaults); in each launch a last run whose steps leave some parameters
-without .grad on one rank or on all (the text: zeros there). The judges train DDP + Adam themselves (``reference_weights``,
+(keywords, positional, the text's defaults); one run of each launch in float32 (the state must be in the
+parameters' dtype); in each launch a last run whose steps leave some parameters
+without .grad on one rank or on all (the text: zeros there). Besides the weights and the size of the kept
+state, each rank must keep at least Adam's two moments of its own chunk r (ceil(P/N) elements from
+r * ceil(P/N)), in the parameters' dtype (``judge_state_of_own_chunk``). The judges train DDP + Adam themselves (``reference_weights``,
 on this side only) to know the expected weights. Three launches per submission, as before.
 """
 
@@ -27,7 +30,7 @@ def reference_weights(inputs, run, world_size):
 
     s = run_settings(inputs, run)
     widths = s["widths"]
-    model = build_model(widths, s["seed"])
+    model = build_model(widths, s["seed"], s.get("dtype"))
     params = list(model.parameters())
     adam = torch.optim.Adam(params, lr=s["lr"], betas=tuple(s["betas"]), eps=s["eps"])
     after = []
@@ -35,7 +38,7 @@ def reference_weights(inputs, run, world_size):
         mean = [torch.zeros_like(p) for p in params]
         for rank in range(world_size):
             adam.zero_grad(set_to_none=True)
-            x, y = rank_rows(widths, s["seed"], step, rank, s["rows"])
+            x, y = rank_rows(widths, s["seed"], step, rank, s["rows"], s.get("dtype"))
             (F.mse_loss(model(x), y) / world_size).backward()
             dropped = {d["param"] for d in s.get("drop", []) if d["step"] == step and rank in d["ranks"]}
             for i, p in enumerate(params):
@@ -50,18 +53,48 @@ def reference_weights(inputs, run, world_size):
 
 def judge_drawn_weights(d, inputs, world_size):
     """Every drawn run on every rank: it ran, the same weights on every rank after every step, and DDP +
-    Adam's (recomputed here) to 1e-9 (float64: only rounding differs)."""
+    Adam's (recomputed here) to 1e-9 (float64: only rounding differs; 1e-5 in a float32 run)."""
     problem = launch_problem(d, inputs, world_size)
     if problem:
         return problem
     for i, run in enumerate(inputs["runs"]):
         s = run_settings(inputs, run)
         mine = d["ranks"]["0"]["runs"][i]["weights"]
+        dtype, tolerance = s.get("dtype", "float64"), 1e-5 if s.get("dtype") == "float32" else 1e-9
         for step, expected in enumerate(reference_weights(inputs, run, world_size)):
             gap = max((abs(a - b) if a == a else math.inf for a, b in zip(mine[step], expected)), default=0.0)
-            if not gap <= 1e-9:
+            if not gap <= tolerance:
                 return (f"{run_words(s, world_size)}: after step {step + 1} the weights differ from DDP + Adam's by up "
-                        f"to {gap:.3g} (float64, so only rounding may differ)")
+                        f"to {gap:.3g} ({dtype}, so only rounding may differ)")
+    return None
+
+
+def judge_state_of_own_chunk(d, inputs, world_size):
+    """Every drawn run, every rank: the optimizer keeps, in the parameters' dtype, at least Adam's two moments
+    of the real elements of chunk r (ceil(P/N) elements from r * ceil(P/N), the padding left out). A rank
+    that keeps another chunk (floor(P/N) each, the rest on the last rank) or the state in another dtype
+    fails. Records without the per-dtype bytes (made by hand in tests) are not judged here."""
+    for i, run in enumerate(inputs["runs"]):
+        s = run_settings(inputs, run)
+        numel = parameter_count(s["widths"])
+        dtype = f"torch.{s.get('dtype', 'float64')}"
+        for rank, r in sorted(d["ranks"].items()):
+            got = r["runs"][i]
+            kept = got.get("state_by_dtype")
+            if not isinstance(kept, dict):
+                continue
+            start, stop = reference_shard_range(numel, int(rank), world_size)
+            itemsize = 4 if dtype == "torch.float32" else 8
+            need, mine = 2 * (stop - start) * itemsize, kept.get(dtype, 0)
+            if mine >= need:
+                continue
+            others = sorted(k for k, v in kept.items() if k != dtype and "float" in k and v)
+            if others:
+                return (f"{run_words(s, world_size)}: rank {rank} keeps its optimizer state in {', '.join(others)}, "
+                        f"not in the parameters' dtype ({dtype}): use the parameters' dtype")
+            return (f"{run_words(s, world_size)}: rank {rank} keeps {mine // itemsize} elements of optimizer state, "
+                    f"fewer than Adam's two moments of its chunk need (2 x {stop - start}: elements {start} to "
+                    f"{stop - 1} of the flat vector, chunk {rank} of {world_size} chunks of ceil(P/N))")
     return None
 
 
@@ -119,6 +152,8 @@ def _drawn_launch(rng, world_size, widths_list):
     hows = (["keywords", "positional", "defaults", "lr_only"] + ["keywords"] * len(widths_list))[:len(widths_list)]
     rng.shuffle(hows)
     runs = [_drawn_run(rng, widths, how) for widths, how in zip(widths_list, hows)]
+    # one run in float32 (a model of at least N parameters): the state in the parameters' dtype, not float64
+    rng.choice([run for run in runs if parameter_count(run["widths"]) >= world_size])["dtype"] = "float32"
     missing = _drawn_run(rng, _widths(rng, world_size), "keywords")
     missing["steps"] = rng.randint(3, 5)
     missing["drop"] = _drops(rng, missing["widths"], missing["steps"], world_size)
@@ -155,17 +190,19 @@ def judge_drawn_launch(d, inputs):
             return "the drawn launch did not run, yet the public launch passed"
         return f"(the public 2-process launch already failed) {verdict}"
     world = inputs["world_size"]
-    return judge_drawn_weights(d, inputs["launch"], world) or judge_state(d, inputs["launch"], world)
+    return (judge_drawn_weights(d, inputs["launch"], world) or judge_state(d, inputs["launch"], world)
+            or judge_state_of_own_chunk(d, inputs["launch"], world))
 
 
 HIDDEN = {
     "sharded_adam": [
-        Case("2 ranks, drawn models (a parameter count 2 does not divide, and one it does), Adam settings, "
-             "ways to build it, parameters without .grad: DDP + Adam's weights on every rank, only a shard of "
-             "optimizer state",
+        Case("2 ranks, drawn models (a parameter count 2 does not divide, and one it does, float32 too), Adam "
+             "settings, ways to build it, parameters without .grad: DDP + Adam's weights on every rank, only its "
+             "own chunk of optimizer state, in the parameters' dtype",
              observe_drawn_launch, judge_drawn_launch, draw=draw_two_ranks),
-        Case("3 ranks, drawn models (every remainder of P / 3, fewer parameters than processes), parameters "
-             "without .grad: DDP + Adam's weights on every rank, only a shard of optimizer state",
+        Case("3 ranks, drawn models (every remainder of P / 3, fewer parameters than processes, float32 too), "
+             "parameters without .grad: DDP + Adam's weights on every rank, only its own chunk of optimizer state, "
+             "in the parameters' dtype",
              observe_drawn_launch, judge_drawn_launch, draw=draw_three_ranks),
     ],
 }
@@ -248,11 +285,14 @@ CLAUSES = {
             [_S_PUBLIC[0], _S[0].name, _S[1].name],
         "every process holds all the updated parameters, identical on every process, after every step":
             [_S_PUBLIC[0], _S[0].name, _S[1].name],
-        "state only for its shard: at most 3 * ceil(P/N) + 64 elements kept between steps":
-            [_S_PUBLIC[1], _S[0].name, _S[1].name],
+        "state only for its shard: at most 3 * ceil(P/N) + 64 elements kept between steps (state set on the "
+        "parameters' tensors counts too)": [_S_PUBLIC[1], _S[0].name, _S[1].name],
+        "rank r's shard is chunk r of the vector padded to N * ceil(P/N) and cut into N equal chunks (its two "
+        "moments kept there)": [_S[0].name, _S[1].name],
         "any P, divisible by the number of processes N or not (also P < N)": [_S[0].name, _S[1].name],
         "any N (2 and 3 processes)": [_S_PUBLIC[0], _S[1].name],
-        "the parameters' dtype (float64 in the check)": [_S_PUBLIC[0], _S[0].name],
+        "the parameters' dtype (float64 in the check; a float32 run in grading), the state too":
+            [_S_PUBLIC[0], _S[0].name, _S[1].name],
         "a parameter whose .grad is None on a process counts as zeros there: it enters the mean, and Adam still "
         "updates it, even when the mean is zero on every process": [_S[0].name, _S[1].name],
     },

@@ -58,7 +58,7 @@ HIDDEN = {
              lines.observe_dataset_items, lines.judge_dataset_items, draw=lines.draw_dataset_items),
         Case("indices outside 0 .. len-1 raise IndexError (negative ones too), one line, no lines", lines.observe_dataset_bounds,
              lines.judge_dataset_bounds, draw=lines.draw_dataset_bounds),
-        Case("pickled after use, and through DataLoader(num_workers=2)", lines.observe_dataset_pickle_and_workers,
+        Case("keeps no open file, pickled after use, and through DataLoader(num_workers=2)", lines.observe_dataset_pickle_and_workers,
              lines.judge_dataset_pickle_and_workers, draw=lines.draw_dataset_pickle_and_workers),
     ],
     "choose_tools": [
@@ -68,12 +68,12 @@ HIDDEN = {
         Case("a tiny job, once", observe_choices, _choices_judge("e")),
     ],
     "average_across_ranks": [
-        Case("shard_indices: a list, other n, ranks and world sizes", ranks.observe_generated_ranks, ranks.judge_generated_shards,
-             draw=ranks.draw_rank_inputs),
-        Case("average_across_ranks: a new tensor, input unchanged", ranks.observe_generated_ranks, ranks.judge_generated_new_tensor,
-             draw=ranks.draw_rank_inputs),
-        Case("average_across_ranks: the mean over all ranks (3 of them), other shapes and dtypes", ranks.observe_generated_ranks,
-             ranks.judge_generated_mean, draw=ranks.draw_rank_inputs),
+        Case("shard_indices: a list of Python ints, other n, ranks and world sizes", ranks.observe_generated_ranks,
+             ranks.judge_generated_shards, draw=ranks.draw_rank_inputs),
+        Case("average_across_ranks: a new tensor, input unchanged (3 ranks, and 1)", ranks.observe_generated_ranks,
+             ranks.judge_generated_new_tensor, draw=ranks.draw_rank_inputs),
+        Case("average_across_ranks: the mean over all ranks (3 of them, and 1), other shapes and dtypes (integers: the true mean)",
+             ranks.observe_generated_ranks, ranks.judge_generated_mean, draw=ranks.draw_rank_inputs),
     ],
 }
 

@@ -168,8 +168,10 @@ def draw_dataset_pickle_and_workers(rng):
 
 
 def observe_dataset_pickle_and_workers(ns, f):
+    import io
     import pickle
     import tempfile
+    import types
     from pathlib import Path
 
     from torch.utils.data import DataLoader
@@ -180,18 +182,41 @@ def observe_dataset_pickle_and_workers(ns, f):
     path.write_text("\n".join(str(v) for v in f["values"]) + "\n")
     dataset = answer(ns, "LinesDataset")(str(path))
     read_first = [int(dataset[i]) for i in range(len(f["values"]))]  # items read before pickling, as training does
+    open_files = []  # the open file objects the dataset holds after that, in its attributes or containers in them
+    todo, visited = [(dataset, 0)], set()
+    while todo:
+        value, depth = todo.pop()
+        if id(value) in visited or depth > 3:
+            continue
+        visited.add(id(value))
+        if isinstance(value, io.IOBase):
+            if not value.closed:
+                open_files.append(type(value).__name__)
+            continue
+        if isinstance(value, dict):
+            todo += [(v, depth + 1) for v in value.values()]
+        elif isinstance(value, (list, tuple, set, frozenset)):
+            todo += [(v, depth + 1) for v in value]
+        elif hasattr(value, "__dict__") and not isinstance(value, (type, types.ModuleType)):
+            try:
+                todo += [(v, depth + 1) for v in vars(value).values()]
+            except TypeError:
+                pass
     try:
         copy = pickle.loads(pickle.dumps(dataset))
         copied = [int(copy[i]) for i in range(len(f["values"]))]
     except Exception as error:
         copied = f"{type(error).__name__}: {error}"[:200]
     loaded = [int(v) for batch in DataLoader(dataset, batch_size=f["batch_size"], num_workers=2) for v in batch.reshape(-1)]
-    return {"read": read_first, "copied": copied, "loaded": loaded}
+    return {"read": read_first, "open_files": open_files, "copied": copied, "loaded": loaded}
 
 
 def judge_dataset_pickle_and_workers(d, f):
     if isinstance(d["copied"], str):
         return f"after reading items, the dataset no longer pickles ({d['copied']})"
+    if d.get("open_files"):
+        return (f"after reading items the dataset still holds an open file ({d['open_files'][0]}): keep no open file, "
+                "open it only while reading")
     if d["copied"] != f["values"]:
         return "the unpickled dataset gives other items than the file holds"
     if d["loaded"] != f["values"]:

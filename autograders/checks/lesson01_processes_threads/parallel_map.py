@@ -224,51 +224,75 @@ def draw_cpu_processes(rng):
 
 
 def draw_io_default(rng):
-    """workers=None (by name, or left out) over more items than the threads every pool's default runs at once."""
-    return {"by_name": rng.random() < 0.5, "extra": rng.randint(1, 4)}
+    """workers=None (by name, or left out) over more items than the threads every pool's default runs at once,
+    on a machine that reports a drawn number of cores (5 to 16: never the 2 or 4 of a laptop, so a count
+    written into the answer instead of the pool's default is found)."""
+    return {"by_name": rng.random() < 0.5, "extra": rng.randint(1, 4), "cores": rng.randint(5, 16)}
 
 
 def observe_io_default(ns, drawn):
-    """parallel_map(meet, items, "io") with workers=None: the first min(cores, 32) calls wait for each other (a
-    barrier, 10 s at most): every pool's default runs at least that many threads at once (ThreadPoolExecutor's
+    """parallel_map(meet, items, "io") with workers=None, while the machine reports ``drawn["cores"]`` cores (every
+    way Python counts them answers that count during the call): the first min(cores, 32) calls wait for each other
+    (a barrier, 10 s at most): every pool's default runs at least that many threads at once (ThreadPoolExecutor's
     is min(32, cores + 4), multiprocessing's ThreadPool's is cores), so they meet; one thread, or a fixed small
-    count, does not."""
+    count, does not. The wait also ends when 3 s pass with no call arriving: a pool's threads start within
+    milliseconds of each other, so a pool too small to meet is known then, not after the whole 10 s."""
+    import multiprocessing
     import os
     import threading
+    import time
 
     from gpucourse.checks import answer
 
-    cores = os.cpu_count() or 1
+    cores = drawn["cores"]
     parties = min(cores, 32)  # ThreadPoolExecutor's default stops at 32 threads however many cores there are
     items = list(range(parties + drawn["extra"]))
-    barrier, lock, seen = threading.Barrier(parties, timeout=10), threading.Lock(), [0]
+    idle, most = 3.0, 10.0  # seconds with no call arriving, and in all, before the meeting is given up
+    meeting, state = threading.Condition(), {"arrived": 0, "first": None, "last": None, "broken": False}
 
     def meet(x):
-        with lock:
-            seen[0] += 1
-            waits = seen[0] <= parties
-        if waits:
-            try:
-                barrier.wait()
-            except threading.BrokenBarrierError:
-                return [x, False]
-        return [x, True]
+        with meeting:
+            state["arrived"] += 1
+            if state["arrived"] > parties:  # past the meeting's size: nothing to wait for
+                return [x, True]
+            now = time.monotonic()
+            state["first"], state["last"] = state["first"] or now, now
+            meeting.notify_all()
+            while state["arrived"] < parties and not state["broken"]:
+                now = time.monotonic()
+                left = min(idle - (now - state["last"]), most - (now - state["first"]))
+                if left <= 0:
+                    state["broken"] = True
+                    meeting.notify_all()
+                else:
+                    meeting.wait(left)
+            return [x, not state["broken"]]
 
+    counts = {"cpu_count": lambda: cores, "process_cpu_count": lambda: cores,
+              "sched_getaffinity": lambda pid=0: set(range(cores))}
+    saved = {name: getattr(os, name) for name in counts if hasattr(os, name)}
+    saved_mp = multiprocessing.cpu_count
     kwargs = {"workers": None} if drawn["by_name"] else {}
-    rows = answer(ns, "parallel_map")(meet, items, "io", **kwargs)
+    try:
+        for name in saved:
+            setattr(os, name, counts[name])
+        multiprocessing.cpu_count = counts["cpu_count"]
+        rows = answer(ns, "parallel_map")(meet, items, "io", **kwargs)
+    finally:
+        for name, function in saved.items():
+            setattr(os, name, function)
+        multiprocessing.cpu_count = saved_mp
     return {"xs": [row[0] for row in rows], "met": all(row[1] for row in rows)}
 
 
 def judge_io_default(d, drawn):
-    import os
-
     call = "workers=None" if drawn["by_name"] else "workers left out"
-    cores = os.cpu_count() or 1  # the sandbox runs on this machine: its cores are counted here, not taken from it
+    cores = drawn["cores"]  # the count the observer made the machine report during the call
     parties = min(cores, 32)
     if d["xs"] != list(range(parties + drawn["extra"])):
         return f"kind='io', {call}: results are not [fn(x) for x in items]"
     if not d["met"]:
-        return (f"kind='io', {call}: fewer than {parties} threads ran at once on a {cores}-core machine: workers=None "
+        return (f"kind='io', {call}: fewer than {parties} threads ran at once on a machine with {cores} cores: workers=None "
                 "means the pool's default, and every pool's default runs one thread per core at once (up to 32)")
     return None
 

@@ -92,6 +92,8 @@ CLAUSES = {
         "the same dtype for x, y and out: float32, float16 or float64, computed to that dtype's precision":
             ["float16", _TR[2]],
         "writes nothing outside out[0] .. out[n-1]; leaves x and y unchanged": [_TR[0], _TR[1], _TR[2]],
+        "a masked kernel (section 7): no load past the end of x and y either (on a GPU, an illegal address)":
+            [_TR[0], _TR[1], _TR[2]],
         "one pass: one kernel, no temporary tensor": [_TR[3]],
         "writes the result into out (no other allocated) and returns out": [_TR[0], _TR[3]],
     },

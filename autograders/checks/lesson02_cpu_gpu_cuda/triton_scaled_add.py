@@ -4,8 +4,10 @@
 # Sizes, block sizes, dtypes, alphas and the inputs' seed are drawn here. The sandbox launches the
 # answer in Triton's interpreter on guarded CPU tensors in a child process and reports what it wrote
 # (every value of out), whether anything around out or in x and y changed; the judges build the same
-# x and y from the drawn seed and compute alpha * x + y here. Alphas are drawn among floats that
-# float32 holds exactly (Triton passes a Python float to a kernel as a float32).
+# x and y from the drawn seed and compute alpha * x + y here; and whether a load read a guard area (an
+# unmasked load of the last block: on a GPU an illegal address, or silently another tensor's bytes).
+# Alphas are drawn among floats that float32 holds exactly (Triton passes a Python float to a kernel as a
+# float32).
 
 BLOCKS = [16, 32, 64, 128, 256, 512, 1024]
 ALPHAS = [0.0, -1.0, 1.0, 0.5, -0.75, 2.5, -3.0, 1024.0, 0.015625, -96.5]
@@ -73,6 +75,19 @@ def observe_triton_launches(ns, configs):
 
         os.environ[INTERPRET_ENV] = "1"
         kernels = kernels_as("interpreted", ns, launcher) if have_triton() else contextlib.nullcontext()
+        guards, reads = [], {"outside": 0}  # (start, end) byte ranges of the guard areas; lanes loaded from them
+        if have_triton():
+            import numpy
+            from triton.runtime import interpreter
+
+            real_load = interpreter.InterpreterBuilder.create_masked_load
+
+            def watched_load(self, ptrs, mask, *args, **kwargs):  # every tl.load comes here, block pointers too
+                active = ptrs.data[numpy.broadcast_to(mask.data.astype(bool), ptrs.data.shape)]
+                reads["outside"] += sum(int(((active >= lo) & (active < hi)).sum()) for lo, hi in guards)
+                return real_load(self, ptrs, mask, *args, **kwargs)
+
+            interpreter.InterpreterBuilder.create_masked_load = watched_load
         with kernels:
             for config in configs:
                 n, dtype = config["n"], getattr(torch, config["dtype"])
@@ -89,6 +104,10 @@ def observe_triton_launches(ns, configs):
                 kept = [b.clone() for b in buffers]
                 x, y, out = views
                 row = {"n": n}
+                size = x.element_size()
+                guards[:] = [(b.data_ptr(), v.data_ptr()) for b, v in zip(buffers, views)] + [
+                    (v.data_ptr() + n * size, b.data_ptr() + b.numel() * size) for b, v in zip(buffers, views)]
+                reads["outside"] = 0
                 try:
                     returned = launcher(x, y, config["alpha"], out, block_size=config["block_size"])
                 except Exception as error:
@@ -98,7 +117,7 @@ def observe_triton_launches(ns, configs):
                 around = torch.cat([buffers[2][:GUARD], buffers[2][GUARD + n:]])
                 kept_around = torch.cat([kept[2][:GUARD], kept[2][GUARD + n:]])
                 row.update({"returned_out": returned is out, "out": out.double().tolist(),
-                            "past_end": not torch.equal(around, kept_around),
+                            "past_end": not torch.equal(around, kept_around), "read_outside": reads["outside"],
                             "inputs_changed": not (torch.equal(buffers[0], kept[0]) and torch.equal(buffers[1], kept[1]))})
                 yield row
 
@@ -121,6 +140,9 @@ def judge_triton_launches(rows, configs):
             return "the launches were not the drawn ones"
         if row["past_end"]:
             return f"{where}: wrote past the end of out"
+        if row.get("read_outside"):
+            return (f"{where}: loaded {row['read_outside']} element(s) from outside x, y and out: mask the loads too"
+                    " (on a GPU, reading past the end of a tensor is an illegal address)")
         if row["inputs_changed"]:
             return f"{where}: changed x or y"
         if not row["returned_out"]:

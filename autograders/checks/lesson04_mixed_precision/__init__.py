@@ -29,6 +29,8 @@ HIDDEN = {"train_epoch": [
          epoch.judge_evaluate_items, draw=epoch.draw_evaluate),
     Case("evaluate: batches moved to the model's device inside the loop", epoch.observe_evaluate_items,
          epoch._judge_moved_in_loop(lambda drawn: 2 * len(drawn["sizes"])), draw=epoch.draw_evaluate),
+    Case("returns the mean loss of an epoch of large losses, whose total is beyond float16's range (keep it in float32)",
+         epoch.observe_amp_epoch, epoch.judge_mean_loss, draw=epoch.draw_large_losses),
 ]}
 
 
@@ -55,7 +57,7 @@ CLAUSES = {
             [_TE[2], _TE[5], _TE_PUBLIC[0]],
         "backpropagate scaler.scale(loss) outside autocast": [_TE_PUBLIC[0], _TE[1]],
         "then scaler.step(optimizer) and scaler.update()": [_TE[1]],
-        "return the mean (unscaled) loss of the epoch as a float": [_TE[3]],
+        "return the mean (unscaled) loss of the epoch as a float": [_TE[3], _TE[9]],
         "evaluate: the fraction of correct predictions (argmax) over all items, as a float": [_TE[7], _TE_PUBLIC[1]],
         "evaluate: under autocast and without gradients": [_TE_PUBLIC[1], _TE[6]],
         "move each batch to the model's device inside the loops": [_TE[4], _TE[8]],

@@ -14,7 +14,8 @@
 #     and "the scaled loss backpropagated, then scaler.step, then scaler.update, once per batch"
 #  5. then scaler.step(optimizer) and scaler.update() -> "the scaled loss backpropagated, ..."
 #  6. return the epoch's mean loss (unscaled; over batches or over items) as a float -> "returns the
-#     mean loss ..." (the scale changes at every step, so only the unscaled losses give it)
+#     mean loss ..." (the scale changes at every step, so only the unscaled losses give it); large losses
+#     too, whose total float16 cannot hold -> "returns the mean loss of an epoch of large losses ..."
 #  evaluate(model, loader, device_type, dtype):
 #  7. the fraction of correct predictions (argmax) over all items, as a float -> "evaluate: the
 #     fraction of correct predictions over all items ..."
@@ -43,6 +44,8 @@ def observe_amp_epoch(ns, drawn):
     g = torch.Generator().manual_seed(drawn["seed"])
     sizes = drawn["sizes"]  # unequal: a mean over batches and a mean over items differ
     batches = [(torch.randn(n, 6, generator=g) * 3, torch.randint(0, 3, (n,), generator=g)) for n in sizes]
+    if "gain" in drawn:  # large losses: one-hot inputs of a class, scored `gain` by the model (set below)
+        batches = [(torch.eye(6)[c], torch.tensor(t)) for c, t in zip(drawn["classes"], drawn["targets"])]
     ids = {id(t): number for number, batch in enumerate(batches) for t in batch}  # tensor -> its batch
 
     def zeroed(params):
@@ -87,6 +90,10 @@ def observe_amp_epoch(ns, drawn):
 
     torch.manual_seed(drawn["seed"])
     model = Recorded()
+    if "gain" in drawn:  # each item's loss: about `gain` where its target is not its input's class, else about 0
+        with torch.no_grad():
+            model.net.weight.copy_(drawn["gain"] * torch.eye(3, 6))
+            model.net.bias.zero_()
     torch.Tensor.to = recording_to
     try:
         result = answer(ns, "train_epoch")(model, list(batches), RecordedSGD(model.parameters(), lr=0.05),
@@ -99,6 +106,22 @@ def observe_amp_epoch(ns, drawn):
             "type": type(result).__name__, "is_float": isinstance(result, float),
             "value": (float(result) if isinstance(result, (int, float, torch.Tensor))
                       and getattr(result, "numel", lambda: 1)() == 1 else None)}
+
+
+def draw_large_losses(rng):
+    """An epoch of large losses (a badly scaled model), drawn at grading time: 4 to 6 batches of 1 to 8
+    one-hot items of a class, a model that scores an item's class at ``gain`` (20,000 to 30,000), each
+    target that class or, mostly, another (a loss of about ``gain``). Each logit and loss fits in float16,
+    their sum over the epoch does not (float16's largest value is 65,504): only a float32 or Python total
+    gives the mean."""
+    gain = rng.randint(20000, 30000)
+    while True:
+        sizes = [rng.randint(1, 8) for _ in range(rng.randint(4, 6))]
+        classes = [[rng.randrange(3) for _ in range(n)] for n in sizes]
+        targets = [[c if rng.random() < 0.2 else (c + rng.randint(1, 2)) % 3 for c in batch] for batch in classes]
+        means = [sum(c != t for c, t in zip(cs, ts)) / len(cs) for cs, ts in zip(classes, targets)]
+        if len(set(sizes)) > 1 and sum(means) * gain > 70000:
+            return {"seed": rng.randrange(1 << 30), "sizes": sizes, "gain": gain, "classes": classes, "targets": targets}
 
 
 def _per_batch(events):

@@ -20,18 +20,42 @@ AVERAGE_INPUTS = {"seed": 0, "steps": 3, "hidden": 8, "rows": [8, 5], "lr": 0.1,
 # rows: this step's shard size on each rank. The grader draws other inputs at grading time for its hidden checks.
 
 
+def average_model(hidden, head=False):
+    """The model the average_gradients check trains: ``TinyNet(hidden)``, or with ``head`` a TinyNet with one
+    more layer, ``head`` (Linear(1, 1)), that ``forward`` uses after ``body``: a model whose parameters are
+    not all in ``body``. Built from torch's global generator, as TinyNet is."""
+    import torch
+
+    from gpucourse.ddp_scripts import TinyNet
+
+    if not head:
+        return TinyNet(hidden)
+
+    class TinyNetWithHead(TinyNet):
+        def __init__(self, hidden):
+            super().__init__(hidden)
+            self.head = torch.nn.Linear(1, 1)
+
+        def forward(self, x):
+            return self.head(self.body(x)).squeeze(-1)
+
+    return TinyNetWithHead(hidden)
+
+
 def drive_average_gradients(ns, inputs=None):
     """Train TinyNet on this rank's shards with the student's ``average_gradients`` after ``backward``;
     record, step by step, the gradients it leaves (zeros where a parameter has none, and which have
     none), and the weights at the end. ``inputs`` (AVERAGE_INPUTS by default): seed, steps, TinyNet's
-    width, each rank's number of rows per step (unequal shards), SGD's lr and momentum. Nothing here
-    knows what the gradients should be: the judges compute that themselves."""
+    width, each rank's number of rows per step (unequal shards), SGD's lr and momentum; optionally
+    ``head`` (``average_model``'s) and ``zero_rank``, a rank whose rows are all zeros (its first layer's
+    weight gradient is then exactly zero there). Nothing here knows what the gradients should be: the
+    judges compute that themselves."""
     import torch
     import torch.distributed as dist
 
     from gpucourse.checks.ddp_harness import init_process_group
-    from gpucourse.checks.lesson07_ddp_scripts import AVERAGE_INPUTS
-    from gpucourse.ddp_scripts import TinyNet, flat_grads, regression_batch
+    from gpucourse.checks.lesson07_ddp_scripts import AVERAGE_INPUTS, average_model
+    from gpucourse.ddp_scripts import flat_grads, regression_batch
 
     inputs = {**AVERAGE_INPUTS, **(inputs or {})}
     device = init_process_group()
@@ -44,13 +68,15 @@ def drive_average_gradients(ns, inputs=None):
                           NODE_RANK=str(rank // local), GROUP_WORLD_SIZE=str(inputs["nodes"]))
     rows = inputs["rows"][rank % len(inputs["rows"])]
     torch.manual_seed(inputs["seed"])
-    mine = TinyNet(inputs["hidden"]).to(device)
+    mine = average_model(inputs["hidden"], inputs.get("head", False)).to(device)
     optimizer = torch.optim.SGD(mine.parameters(), lr=inputs["lr"], momentum=inputs["momentum"])
     loss_fn = torch.nn.MSELoss()
     grads, no_grad, kept_tensor = [], [], True
     for step in range(inputs["steps"]):
         x, y = regression_batch(step, rank, world, per_rank=max(inputs["rows"]), seed=inputs["seed"])
         x, y = x[:rows].to(device), y[:rows].to(device)
+        if rank == inputs.get("zero_rank"):
+            x = torch.zeros_like(x)
         optimizer.zero_grad()
         loss_fn(mine(x), y).backward()
         before = {name: p.grad for name, p in mine.named_parameters()}

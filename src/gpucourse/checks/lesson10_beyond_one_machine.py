@@ -177,6 +177,11 @@ def _per_node_gpus(options: dict) -> tuple[int | None, str | None]:
         return None, "--gpus/-G asks for GPUs for the whole job, not per node: ask per node"
     if not counts:
         return None, "no GPUs requested per node (--gres=gpu:N or --gpus-per-node=N)"
+    if "gpus-per-task" in options:  # G for each task: G × the tasks on a node, on top of the per-node request
+        value, tasks = options["gpus-per-task"].split(":")[-1], options.get("ntasks-per-node", "1")
+        if not (value.isdigit() and tasks.isdigit()) or int(value) * int(tasks) != counts[0]:
+            return None, (f"--gpus-per-task={options['gpus-per-task']} asks GPUs for each of the {tasks} task(s) on a"
+                          f" node, on top of {counts[0]} per node: ask per node only")
     if len(set(counts)) > 1:
         return None, f"GPU requests disagree: {counts}"
     return counts[0], None

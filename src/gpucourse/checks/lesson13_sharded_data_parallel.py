@@ -25,10 +25,11 @@ BOOKKEEPING = 64  # elements a ShardedAdam may keep beyond 3 per parameter of it
 TEXT_DEFAULTS = {"lr": 1e-3, "betas": [0.9, 0.999], "eps": 1e-8}  # ShardedAdam(params)'s, as the text writes them
 
 
-def build_model(widths, seed):
-    """The model of a run: Linear layers of ``widths`` with Tanh between, float64, its weights drawn from a
-    generator of its own (the global generator is shared by every thread of the grader that judges
-    submissions side by side), uniform in +-1/sqrt(fan_in) as nn.Linear draws them."""
+def build_model(widths, seed, dtype=None):
+    """The model of a run: Linear layers of ``widths`` with Tanh between, float64 (or ``dtype``, a name such
+    as "float32": the float64 weights rounded to it), its weights drawn from a generator of its own (the
+    global generator is shared by every thread of the grader that judges submissions side by side), uniform
+    in +-1/sqrt(fan_in) as nn.Linear draws them."""
     import torch
     from torch import nn
 
@@ -40,16 +41,19 @@ def build_model(widths, seed):
             for p in (layer.weight, layer.bias):
                 p.copy_((torch.rand(p.shape, generator=g, dtype=torch.float64) * 2 - 1) / a ** 0.5)
         layers += [layer] + ([nn.Tanh()] if i < len(widths) - 2 else [])
-    return nn.Sequential(*layers)
+    model = nn.Sequential(*layers)
+    return model.to(getattr(torch, dtype)) if dtype else model
 
 
-def rank_rows(widths, seed, step, rank, rows):
-    """Rank ``rank``'s rows ``(x, y)`` at ``step``: deterministic, different on every rank."""
+def rank_rows(widths, seed, step, rank, rows, dtype=None):
+    """Rank ``rank``'s rows ``(x, y)`` at ``step``: deterministic, different on every rank (float64, or
+    rounded to ``dtype`` as the model is)."""
     import torch
 
     g = torch.Generator().manual_seed(seed * 7_919 + step * 101 + rank)
-    return (torch.randn(rows, widths[0], generator=g, dtype=torch.float64),
+    x, y = (torch.randn(rows, widths[0], generator=g, dtype=torch.float64),
             torch.randn(rows, widths[-1], generator=g, dtype=torch.float64))
+    return (x.to(getattr(torch, dtype)), y.to(getattr(torch, dtype))) if dtype else (x, y)
 
 
 def parameter_count(widths) -> int:
@@ -68,16 +72,18 @@ def run_settings(inputs, run) -> dict:
     return {**SHARDED_INPUTS, **(inputs or {}), **run}
 
 
-def kept_tensor_bytes(root, exclude, namespace=None) -> int:
-    """Bytes of every tensor storage reachable from ``root`` (attributes, containers, closures; and from
-    the student's module-level names in ``namespace``), each storage once, except those of ``exclude``."""
+def kept_tensor_bytes(root, exclude, namespace=None, by_dtype=None) -> int:
+    """Bytes of every tensor storage reachable from ``root`` (attributes, containers, closures, attributes
+    set on a tensor, a parameter's too; and from the student's module-level names in ``namespace``), each
+    storage once, except those of ``exclude``. ``by_dtype``, a dict, receives those bytes per dtype
+    ("torch.float64"; a numpy array's as the torch dtype of that name)."""
     import types
 
     import torch
 
     skip = {t.untyped_storage().data_ptr() for t in exclude if t is not None}
     todo = [root] + [v for k, v in (namespace or {}).items() if not k.startswith("__")]
-    seen, storages = set(), {}
+    seen, storages, dtypes = set(), {}, {}
     while todo:
         obj = todo.pop()
         if id(obj) in seen or isinstance(obj, (types.ModuleType, str, bytes, int, float, complex, bool, type(None))):
@@ -88,10 +94,13 @@ def kept_tensor_bytes(root, exclude, namespace=None) -> int:
             storage = local.untyped_storage()
             if storage.data_ptr() not in skip:
                 storages[storage.data_ptr()] = storage.nbytes()
+                dtypes[storage.data_ptr()] = str(local.dtype)
             if obj.is_leaf:  # a leaf's .grad is kept with it; a non-leaf has none
                 todo.append(obj.grad)
+            todo += list(getattr(obj, "__dict__", {}).values())  # state set as attributes of a tensor (p.exp_avg)
         elif type(obj).__module__ == "numpy" and hasattr(obj, "nbytes"):  # state kept outside torch counts too
             storages[("numpy", id(obj))] = int(obj.nbytes)
+            dtypes[("numpy", id(obj))] = f"torch.{obj.dtype}"
         elif isinstance(obj, dict):
             todo += list(obj.keys()) + list(obj.values())
         elif isinstance(obj, (list, tuple, set, frozenset)):
@@ -111,16 +120,20 @@ def kept_tensor_bytes(root, exclude, namespace=None) -> int:
         else:
             todo += list(getattr(obj, "__dict__", {}).values())
             todo += [getattr(obj, name, None) for name in getattr(type(obj), "__slots__", ()) if isinstance(name, str)]
+    if by_dtype is not None:
+        for key, nbytes in storages.items():
+            by_dtype[dtypes[key]] = by_dtype.get(dtypes[key], 0) + nbytes
     return sum(storages.values())
 
 
 def drive_sharded_adam(ns, inputs=None):
     """On this rank, for every run of ``inputs`` (SHARDED_INPUTS by default; a run's own settings over the
-    launch's, ``run_settings``): build the model (the same on every rank), the student's ShardedAdam over
+    launch's, ``run_settings``): build the model (the same on every rank, float64 or the run's ``dtype``), the student's ShardedAdam over
     its parameters (as the run's ``call`` says: "keywords", "positional", "lr_only" or "defaults"), and for
     every step compute this rank's loss on its own rows, backward, drop the ``.grad`` of the parameters the run's
     ``drop`` list names for this step and rank (``{"step", "param", "ranks"}``), ``step()``; record the weights after
-    every step and the bytes of the tensors the optimizer keeps (not the parameters, not their gradients)."""
+    every step and the bytes of the tensors the optimizer keeps (not the parameters, not their gradients), in
+    all and per dtype."""
     import torch.distributed as dist
     from torch.nn import functional as F
 
@@ -135,7 +148,7 @@ def drive_sharded_adam(ns, inputs=None):
     for run in run_settings(inputs, {})["runs"]:
         s = run_settings(inputs, run)
         widths = s["widths"]
-        model = build_model(widths, s["seed"])
+        model = build_model(widths, s["seed"], s.get("dtype"))
         record = {"widths": widths, "weights": [], "state_bytes": None}
         try:
             cls, lr, betas, eps = ns["ShardedAdam"], s["lr"], tuple(s["betas"]), s["eps"]
@@ -151,7 +164,7 @@ def drive_sharded_adam(ns, inputs=None):
             for step in range(s["steps"]):
                 for p in model.parameters():
                     p.grad = None
-                x, y = rank_rows(widths, s["seed"], step, rank, s["rows"])
+                x, y = rank_rows(widths, s["seed"], step, rank, s["rows"], s.get("dtype"))
                 F.mse_loss(model(x), y).backward()
                 params = list(model.parameters())
                 for drop in s.get("drop", []):  # parameters left without .grad on some ranks at some steps
@@ -160,8 +173,9 @@ def drive_sharded_adam(ns, inputs=None):
                 optimizer.step()
                 record["weights"].append([float(w) for p in model.parameters() for w in p.detach().reshape(-1)])
             params = list(model.parameters())
-            record["state_bytes"] = kept_tensor_bytes(optimizer, params + [p.grad for p in params], ns)
-            record["itemsize"] = params[0].element_size()
+            record["state_by_dtype"] = {}
+            record["state_bytes"] = kept_tensor_bytes(optimizer, params + [p.grad for p in params], ns, record["state_by_dtype"])
+            record["itemsize"], record["dtype"] = params[0].element_size(), str(params[0].dtype)
         except Exception as error:
             record["error"] = f"{type(error).__name__}: {str(error)[:200]}"
         records.append(record)
@@ -181,7 +195,8 @@ def run_words(settings, world_size) -> str:
     how = {"positional": ", ShardedAdam(params, lr, betas, eps)", "defaults": ", ShardedAdam(params): the defaults",
            "lr_only": ", ShardedAdam(params, lr=...)"}.get(settings.get("call"), "")
     dropped = ", some parameters without .grad on some processes (zeros there)" if settings.get("drop") else ""
-    return (f"{world_size} ranks, widths {settings['widths']} ({parameter_count(settings['widths'])} parameters), "
+    dtype = f", {settings['dtype']} parameters" if settings.get("dtype") else ""
+    return (f"{world_size} ranks, widths {settings['widths']} ({parameter_count(settings['widths'])} parameters{dtype}), "
             f"{settings['steps']} steps{how}{dropped}")
 
 
