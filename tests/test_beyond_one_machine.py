@@ -131,6 +131,19 @@ def test_the_slurm_judge_accepts_the_reference_and_names_each_mistake():
      '--master-port=29500 train.py"', None),
     ("srun torchrun --nnodes=2 --nproc-per-node=4 --node-rank=$SLURM_NODEID --rdzv-backend=c10d --rdzv-endpoint=$MASTER_ADDR "
      "train.py", None),  # a c10d rendezvous gives the node ranks itself: --node-rank is not used
+    # each task's shell does arithmetic too; a value the same on every node is wrong wherever it was expanded
+    ("srun bash -c 'torchrun --nnodes=2 --nproc-per-node=4 --node-rank=$((SLURM_NODEID)) --master-addr=$MASTER_ADDR "
+     "--master-port=29500 train.py'", None),
+    ("srun bash -c 'torchrun --nnodes=2 --nproc-per-node=4 --node-rank=$((SLURM_NODEID * 0)) --master-addr=$MASTER_ADDR "
+     "--master-port=29500 train.py'", "the same on every node"),
+    ("srun bash -c 'torchrun --nnodes=2 --nproc-per-node=4 --node-rank=$((1 - SLURM_NODEID)) --master-addr=$MASTER_ADDR "
+     "--master-port=29500 train.py'", "--node-rank 1, 0"),
+    ("srun bash -c 'torchrun --nnodes=2 --nproc-per-node=4 --node-rank=$SLURM_LOCALID --master-addr=$MASTER_ADDR "
+     "--master-port=29500 train.py'", "the same on every node"),
+    ("srun --export=ALL,RANK0=0 bash -c 'torchrun --nnodes=2 --nproc-per-node=4 --node-rank=$RANK0 --master-addr=$MASTER_ADDR "
+     "--master-port=29500 train.py'", "--node-rank=0"),
+    ("NODE=$SLURM_NODEID\nsrun bash -c 'torchrun --nnodes=2 --nproc-per-node=4 --node-rank=${NODE} --master-addr=$MASTER_ADDR "
+     "--master-port=29500 train.py'", "an empty --node-rank"),
 ])
 def test_the_node_rank_is_judged_where_the_shells_expand_it(launch, problem):
     text = ("#!/bin/bash\n#SBATCH --nodes=2\n#SBATCH --ntasks-per-node=1\n#SBATCH --gres=gpu:4\n"
@@ -200,6 +213,26 @@ def test_torchrun_template_runs_one_torchrun_per_node():
     ("#!/bin/bash\n#SBATCH --nodes=2\n#SBATCH --ntasks-per-node=4\n#SBATCH --gres=gpu:4\npython train.py\n", "srun"),
     ("#!/bin/bash\ncd $HOME\n#SBATCH --nodes=2\n#SBATCH --ntasks-per-node=4\n#SBATCH --gres=gpu:4\n"
      "srun python train.py\n", "--nodes is None"),
+    # one model of the shells reads every line: commands split at ";", variables set for one command, defaults
+    ("#!/bin/bash\n#SBATCH --nodes=2\n#SBATCH --ntasks-per-node=4\n#SBATCH --gres=gpu:4\n"
+     "module load cuda; srun python train.py\n", None),
+    ("#!/bin/bash\n#SBATCH --nodes=2\n#SBATCH --ntasks-per-node=4\n#SBATCH --gres=gpu:4\n"
+     "module load cuda; python train.py\n", "runs once, on the first node only"),
+    ("#!/bin/bash\n#SBATCH --nodes=2\n#SBATCH --ntasks-per-node=4\n#SBATCH --gres=gpu:4\n"
+     "OMP_NUM_THREADS=4 srun python train.py\n", None),
+    ("#!/bin/bash\n#SBATCH --nodes=2\n#SBATCH --ntasks-per-node=1\n#SBATCH --gres=gpu:4\n"
+     'head=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)\n'
+     'srun torchrun --nnodes=${SLURM_NNODES:-1} --nproc-per-node=4 --rdzv-backend=c10d --rdzv-endpoint="$head:29500" train.py\n',
+     None),
+    ("#!/bin/bash\n#SBATCH --nodes=2\n#SBATCH --ntasks-per-node=1\n#SBATCH --gres=gpu:4\n"
+     'head=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)\n'
+     'srun torchrun --nnodes=$NODES --nproc-per-node=4 --rdzv-backend=c10d --rdzv-endpoint="$head:29500" train.py\n',
+     "--nnodes is ''"),
+    # a rendezvous named but empty in the tasks' shell: the host is what is wrong, not a missing rendezvous
+    ("#!/bin/bash\n#SBATCH --nodes=2\n#SBATCH --ntasks-per-node=1\n#SBATCH --gres=gpu:4\n"
+     'head=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)\n'
+     "srun bash -c 'torchrun --nnodes=2 --nproc-per-node=4 --rdzv-backend=c10d --rdzv-endpoint=$head:29500 train.py'\n",
+     "--rdzv-endpoint host is empty"),
 ])
 def test_scripts_are_read_as_sbatch_reads_them(text, problem):
     verdict = L.judge_sbatch({"nodes": 2, "gpus": 4, "command": "python train.py"}, text)

@@ -15,8 +15,9 @@ import re
 import shlex
 
 from gpucourse.checks import Answer, Case, register
-from gpucourse.checks.sbatch_shells import (ALIASES, SHORT, SRUN_FLAGS, TORCHRUN_FLAGS, _is_torchrun, _python_args, _scan,
-                                            _split_options, rendezvous_hosts, rendezvous_problem)
+from gpucourse.checks.sbatch_shells import (ALIASES, SHORT, SRUN_FLAGS, TORCHRUN_FLAGS, UNKNOWN, _python_args, _split_options,
+                                            launched_torchruns, program_of, rendezvous_hosts, rendezvous_problem,
+                                            script_steps)
 
 ASSIGNMENT = "lesson10_beyond_one_machine"  # the course folder this module's exercises belong to
 
@@ -187,41 +188,6 @@ def _per_node_gpus(options: dict) -> tuple[int | None, str | None]:
     return counts[0], None
 
 
-def _expand(line: str, variables: dict) -> str:
-    """``$NAME`` and ``${NAME}`` replaced where ``variables`` knows them (the script's own and srun's)."""
-    return re.sub(r"\$\{?([A-Za-z_]\w*)\}?", lambda m: variables.get(m.group(1), m.group(0)), line)
-
-
-# What srun sets differently in each task: in the batch script (which runs once, on the first node, as task 0
-# of the batch step) these read 0; only a shell that each task runs (srun bash -c '...') sees each task's own
-PER_TASK = {"SLURM_NODEID": "0", "SLURM_PROCID": "0", "SLURM_LOCALID": "0"}
-
-
-def _batch_expand(line: str) -> str:
-    """``line`` as the batch shell passes it on: ``$SLURM_NODEID`` (and the other per-task variables) replaced by
-    the batch shell's own value wherever the batch shell expands them (unquoted or in double quotes, not escaped),
-    and left for a later shell inside single quotes or after a backslash."""
-    out, i, quote = [], 0, None
-    while i < len(line):
-        char = line[i]
-        if quote != "'" and char == "\\" and i + 1 < len(line):
-            out.append(line[i:i + 2])
-            i += 2
-            continue
-        if char in "'\"" and quote in (None, char):
-            quote = None if quote == char else char
-        elif char == "$" and quote != "'":
-            match = re.match(r"\$(?:\{(\w+)\}|(\w+))", line[i:])
-            name = match and (match.group(1) or match.group(2))
-            if name in PER_TASK:
-                out.append(PER_TASK[name])
-                i += match.end()
-                continue
-        out.append(char)
-        i += 1
-    return "".join(out)
-
-
 def _split(line: str) -> list[str] | None:
     try:
         return shlex.split(line, comments=True)
@@ -229,58 +195,47 @@ def _split(line: str) -> list[str] | None:
         return None
 
 
-def _program(words: list[str]) -> list[str]:
-    """``words`` without what only prefixes a command: ``exec``, ``time``, ``env``, ``NAME=value``."""
-    while words and (words[0] in ("exec", "time", "command", "nohup", "env")
-                     or re.fullmatch(r"[A-Za-z_]\w*=.*", words[0])):
-        words = words[1:]
-    return words
-
-
 def _contains(words: list[str], part: list[str]) -> bool:
     return any(words[i:i + len(part)] == part for i in range(len(words) - len(part) + 1))
 
 
-def _shell_commands(text: str) -> list[list[str]]:
-    """The simple commands of a ``bash -c`` string (split at ``;``, ``&&``, ``||``, ``|`` and new lines), as words."""
-    commands = []
-    for part in re.split(r"\s*(?:;|&&|\|\||\||\n)\s*", text):
-        words = _program(_split(part) or [])
-        if words:
-            commands.append(words)
-    return commands
+def _shown(value) -> str:
+    """An option's value as a message shows it: what the model cannot know (a command's output) as "?"."""
+    return repr(value.replace(UNKNOWN, "?")) if isinstance(value, str) else repr(value)
 
 
-def _launch(words: list[str], command: list[str], nodes: int, gpus: int) -> dict:
-    """How a body line that runs ``command`` launches it: {"srun": srun's options, "kind", "problem"}.
-
-    ``kind`` is "torchrun" when srun starts torchrun (directly, or inside ``bash -c '...'``), which then
-    starts the workers, and "lightning" when srun starts the command itself (directly or in ``bash -c``)."""
-    words = _program(words)
-    if not words or os.path.basename(words[0]) != "srun":
+def _launch(step: dict, command: list[str], nodes: int, gpus: int) -> dict:
+    """How ``step`` (a command of the script, :func:`script_steps`) that runs ``command`` launches it:
+    {"srun": srun's options, "kind", "problem"}. ``kind`` is "torchrun" when srun starts torchrun (directly, or
+    inside ``bash -c '...'``), which then starts the workers, and "lightning" when srun starts the command itself
+    (directly or in ``bash -c``)."""
+    words = step["argv"]
+    if os.path.basename(words[0]) != "srun":
         return {"kind": "once", "srun": {}, "problem": "runs once, on the first node only: launch it with srun"}
     srun, program = _split_options(words[1:], SRUN_FLAGS)
-    program = _program(program)
+    program = program_of(program)
     if program[:len(command)] == command:
         return {"kind": "lightning", "srun": srun, "problem": None}
-    if len(program) >= 3 and os.path.basename(program[0]) in ("bash", "sh") and "-c" in program[1:-1]:
-        inner = _shell_commands(program[program.index("-c") + 1])
-        launcher = next((c for c in inner if _is_torchrun(c)), None)
-        if launcher is not None:  # bash -c 'torchrun ... --node-rank=$SLURM_NODEID ...': torchrun launches
-            return _torchrun(launcher, command, nodes, gpus, srun, in_task_shell=True)
-        runs = any(c[:len(command)] == command for c in inner)
+    torchruns = launched_torchruns(step)
+    if step["tasks"] is not None:
+        if torchruns:  # bash -c 'torchrun ... --node-rank=$SLURM_NODEID ...': torchrun launches, per node
+            return _torchrun(torchruns, command, nodes, gpus, srun, in_task_shell=program[program.index("-c") + 1])
+        runs = any(c[:len(command)] == command for c in step["tasks"][0])
         return {"kind": "lightning", "srun": srun,
                 "problem": None if runs else "bash -c does not run the command as given"}
-    if not _is_torchrun(program):
+    if not torchruns:
         shown = " ".join(program[:len(command) + 1])
         return {"kind": "lightning", "srun": srun,
                 "problem": f"srun must start the command itself, as given; this line starts {shown!r}"}
-    return _torchrun(program, command, nodes, gpus, srun, in_task_shell=False)
+    return _torchrun(torchruns * nodes, command, nodes, gpus, srun, in_task_shell=None)
 
 
-def _torchrun(program: list[str], command: list[str], nodes: int, gpus: int, srun: dict, in_task_shell: bool) -> dict:
-    """A torchrun launch (``program`` starts with torchrun or python -m torch.distributed.run) of ``command``;
-    ``in_task_shell``: started by a shell each task runs (srun bash -c '...'), which expands the task's variables."""
+def _torchrun(per_node: list[list[str]], command: list[str], nodes: int, gpus: int, srun: dict,
+              in_task_shell: str | None) -> dict:
+    """A torchrun launch of ``command``: ``per_node``, the torchrun command line each node runs (it starts with
+    torchrun or python -m torch.distributed.run); ``in_task_shell``: the text of the shell each task runs
+    (srun bash -c '...'), which expands the task's own variables, None when srun starts torchrun itself."""
+    program = per_node[0]
     options, script = _split_options(program[1 if program[0].endswith("torchrun") else 3:], TORCHRUN_FLAGS)
     after_python = _python_args(command)
     if "no-python" in options:
@@ -294,34 +249,54 @@ def _torchrun(program: list[str], command: list[str], nodes: int, gpus: int, sru
         problems.append("torchrun does not start the command as given (it runs python itself: give it the"
                         " script and its arguments, or --no-python and the whole command)")
     if options.get("nnodes") not in (str(nodes), f"{nodes}:{nodes}"):
-        problems.append(f"torchrun --nnodes is {options.get('nnodes')!r}; it must be the number of nodes")
+        problems.append(f"torchrun --nnodes is {_shown(options.get('nnodes'))}; it must be the number of nodes")
     if options.get("nproc-per-node") not in (str(gpus), "gpu", "auto"):
-        problems.append(f"torchrun --nproc-per-node is {options.get('nproc-per-node')!r}: one worker per GPU")
-    rendezvous = (options.get("rdzv-endpoint") and options.get("rdzv-backend", "static") != "static") or (
-        options.get("master-addr") and "node-rank" in options)
+        problems.append(f"torchrun --nproc-per-node is {_shown(options.get('nproc-per-node'))}: one worker per GPU")
+    # a rendezvous named, even where its host is wrong or empty (judged with the clause "rendezvous")
+    rendezvous = ("rdzv-endpoint" in options and options.get("rdzv-backend", "static") != "static") or (
+        "master-addr" in options and "node-rank" in options)
     if nodes > 1 and ("standalone" in options or not rendezvous):
         problems.append("the torchruns of different nodes never meet: give them a rendezvous on one node"
                         " (--rdzv-backend=c10d --rdzv-endpoint=<first node>:<port>)")
+    static = not ("rdzv-endpoint" in options and options.get("rdzv-backend", "static") != "static")
     rank_problem = None
-    static = not (options.get("rdzv-endpoint") and options.get("rdzv-backend", "static") != "static")
     if nodes > 1 and static and "node-rank" in options and "standalone" not in options:
-        value = options["node-rank"]
-        per_task = re.fullmatch(r"\$(?:\{SLURM_(?:NODEID|PROCID)\}|SLURM_(?:NODEID|PROCID))", value)
-        if per_task and not in_task_shell:
-            rank_problem = (f"srun hands torchrun --node-rank={value} as it is: no shell of the task expands it; "
-                            "start torchrun from a shell each task runs (srun bash -c '...')")
-        elif not per_task:
-            rank_problem = (f"every node's torchrun gets --node-rank={value}: the batch shell expands variables once, "
-                            "on the first node, before srun starts the tasks (there SLURM_NODEID is 0); let each task's "
-                            "own shell expand $SLURM_NODEID (srun bash -c '...', the variable in single quotes)")
+        rank_problem = _node_rank_problem(per_node, in_task_shell)
     return {"kind": "torchrun", "srun": srun, "problem": problems[0] if problems else None, "rank_problem": rank_problem}
+
+
+def _node_rank_problem(per_node: list[list[str]], in_task_shell: str | None) -> str | None:
+    """What is wrong with the --node-rank each node's torchrun receives (as the shells expanded it), or None.
+    ``in_task_shell``: the text of the shell each task runs, as the batch shell passed it on (None: no such shell)."""
+    values = [_split_options(argv[1 if argv[0].endswith("torchrun") else 3:], TORCHRUN_FLAGS)[0].get("node-rank", "")
+              for argv in per_node]
+    if any(UNKNOWN in value for value in values) or values == [str(k) for k in range(len(values))]:
+        return None  # what the model cannot know is not judged
+    if "$" in values[0] and in_task_shell is None:
+        return (f"srun hands torchrun --node-rank={values[0]} as it is: no shell of the task expands it; "
+                "start torchrun from a shell each task runs (srun bash -c '...')")
+    if len(set(values)) == 1:
+        if values[0] == "":
+            return ("every node's torchrun gets an empty --node-rank: the batch shell expands variables once, on the "
+                    "first node, and passes the tasks only what it exports; let each task's own shell expand "
+                    "$SLURM_NODEID (srun bash -c '...', the variable in single quotes)")
+        words = "".join(re.findall(r"node[-_]rank[= ]+(\S+)", in_task_shell or ""))
+        if "$" in words and "SLURM_" in words:  # each task's shell expanded srun's variable: the same on every node
+            return (f"every node's torchrun gets --node-rank={values[0]}: that value is the same on every node; node k's "
+                    "must be k ($SLURM_NODEID, expanded by each task's shell)")
+        return (f"every node's torchrun gets --node-rank={values[0]}: the batch shell expands variables once, on the "
+                "first node, before srun starts the tasks (there SLURM_NODEID is 0); let each task's own shell expand "
+                "$SLURM_NODEID (srun bash -c '...', the variable in single quotes)")
+    return (f"the nodes' torchruns get --node-rank {', '.join(values[:3])}{', ...' if len(values) > 3 else ''}: "
+            "node k's must be k ($SLURM_NODEID, expanded by each task's shell)")
 
 
 def sbatch_problems(request: dict, text) -> list[tuple[str, str]]:
     """Everything wrong with ``text`` as an sbatch script for a Lightning job on ``request`` = {nodes, gpus,
     command}, as (clause, message): clauses "text", "interpreter", "nodes", "tasks", "gpus", "launch",
     "rendezvous" (the torchruns of all nodes given one host, the first node, as the shells expand it), "ranks"
-    (each node's torchrun its own node rank, expanded where each task runs)."""
+    (each node's torchrun its own node rank, expanded where each task runs). The body is read by one model of
+    the shells (:func:`gpucourse.checks.sbatch_shells.script_steps`)."""
     if text.startswith("<a "):
         return [("text", f"return the script's text (a str), got {text[1:-1]}")]
     nodes, gpus, command = request["nodes"], request["gpus"], request["command"]
@@ -341,52 +316,36 @@ def sbatch_problems(request: dict, text) -> list[tuple[str, str]]:
     elif count != gpus:
         problems.append(("gpus", f"{job}: {count} GPU(s) requested per node"))
 
-    # the variables a line of the body sees: srun's for the allocation, then the script's own assignments
-    per_node = options.get("ntasks-per-node") or ""
-    variables = {"SLURM_NNODES": str(nodes), "SLURM_JOB_NUM_NODES": str(nodes), "SLURM_NTASKS_PER_NODE": per_node,
-                 "SLURM_NTASKS": options.get("ntasks") or (str(nodes * int(per_node)) if per_node.isdigit() else ""),
-                 "SLURM_GPUS_ON_NODE": str(count or ""),
-                 # Slurm sets SLURM_GPUS_PER_NODE only when the job asked for --gpus-per-node (not with --gres)
-                 "SLURM_GPUS_PER_NODE": str(count or "") if "gpus-per-node" in options else ""}
-    variables["SLURM_NPROCS"] = variables["SLURM_NTASKS"]
+    body = script["body"]
+    problems += [("launch", f"cannot read {line!r}") for line in body if _split(line) is None]
+    steps = script_steps(body, options, nodes, count)
     wanted = _split(command) or [command]
     after_python = _python_args(wanted)
     tail = after_python[1:] if after_python and after_python[0] == "-m" else after_python
     launches = []
-    for index, line in enumerate(script["body"]):
-        line = _batch_expand(line)  # what the batch shell passes on: per-task variables read on the first node
-        assignment = re.fullmatch(r"(?:export\s+)?([A-Za-z_]\w*)=(.*)", line)
-        if assignment:
-            value = _split(_expand(assignment.group(2), variables))
-            variables[assignment.group(1)] = value[0] if value else ""
+    for index, step in enumerate(steps):
+        words = step["argv"]
+        if words[0] in ("echo", "printf", "cat"):
             continue
-        words = _split(_expand(line, variables))
-        if words is None:
-            problems.append(("launch", f"cannot read {line!r}"))
-            continue
-        program = _program(words)
-        if not program or program[0] in ("echo", "printf", "cat", "#"):
-            continue
-        # a bash -c string's own words count too: srun bash -c 'torchrun ... train.py'
-        flat = words + [w for quoted in words if " " in quoted for c in _shell_commands(quoted) for w in c]
+        # what a shell of each task runs counts too: srun bash -c 'torchrun ... train.py'
+        flat = words + [w for c in (step["tasks"] or [[]])[0] for w in c]
         runs = _contains(flat, wanted) or any(command in w for w in words if " " in w) or (
             tail and _contains(flat, tail) and any(w.endswith(("torchrun", "torch.distributed.run")) for w in flat))
         if runs:
-            launch = _launch(words, wanted, nodes, gpus)
-            later = [c for rest in script["body"][index + 1:] for c, _ in _scan(rest)]
-            if re.search(r"(?<!&)&\s*$", line) and not any(c[0] == "wait" for c in later) and not launch["problem"]:
+            launch = _launch(step, wanted, nodes, gpus)
+            if step["operator"] == "&" and not any(s["argv"][0] == "wait" for s in steps[index + 1:]) and not launch["problem"]:
                 launch["problem"] = ("runs in the background (&) and nothing waits for it: the batch script ends at "
                                      "once, and Slurm ends the job with it, killing its tasks (add wait)")
-            launches.append((line, dict(launch, line=index)))
+            launches.append((body[step["line"]], dict(launch, line=step["line"])))
     if not launches:
         problems.append(("launch", f"{job}: the command {command!r} is never run after the #SBATCH lines"))
     if nodes > 1 and launches and all(launch["kind"] == "torchrun" for _, launch in launches):
-        for option, values, allocation in rendezvous_hosts(script["body"], options, nodes):
-            problem = rendezvous_problem(option, values, allocation)
+        for option, values in rendezvous_hosts(steps, nodes):
+            problem = rendezvous_problem(option, values)
             if problem:
                 problems.append(("rendezvous", f"{job}: {problem}"))
     for line, launch in launches:
-        before = script["body"][launch["line"] - 1] if launch["line"] else ""
+        before = body[launch["line"] - 1] if launch["line"] else ""
         if launch["kind"] == "once" and before != before.rstrip() and before.rstrip().endswith("\\"):
             launch["problem"] += (" (the line before ends with a backslash and a blank: the backslash escapes the blank,"
                                   " not the end of the line, so the lines are not joined)")

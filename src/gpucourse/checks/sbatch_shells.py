@@ -1,7 +1,7 @@
-"""How an sbatch script's launch line reads: srun's and torchrun's options, and the two shells it passes
-through (the batch shell, once, on the first node; a shell each task runs, on its own node), for the
-rendezvous host all nodes' torchruns must share. Lesson 10's ``sbatch_for`` checks read scripts with it
-(:mod:`gpucourse.checks.lesson10_beyond_one_machine`); its own module for its size."""
+"""How an sbatch script's body runs: srun's and torchrun's options, and the two shells a launch line passes
+through (the batch shell, once, on the first node; a shell each task runs, on its own node). It is the one model
+of the shells that lesson 10's ``sbatch_for`` checks read (:mod:`gpucourse.checks.lesson10_beyond_one_machine`):
+which command each line runs and how, the node rank and the rendezvous host each node's torchrun receives."""
 
 from __future__ import annotations
 
@@ -47,17 +47,24 @@ def _python_args(command: list[str]) -> list[str] | None:
     return rest
 
 
+def program_of(words: list[str]) -> list[str]:
+    """``words`` without what only prefixes a command: ``exec``, ``time``, ``env``, ``NAME=value``."""
+    while words and (words[0] in ("exec", "time", "command", "nohup", "env") or re.fullmatch(r"[A-Za-z_]\w*=.*", words[0])):
+        words = words[1:]
+    return words
+
+
 def _is_torchrun(program: list[str]) -> bool:
     return bool(program) and (os.path.basename(program[0]) == "torchrun" or (
         _python_args(program[:1]) is not None and program[1:3] == ["-m", "torch.distributed.run"]))
 
 
-# --- The rendezvous host, as the shells expand it ---------------------------------------------------
+# --- The shells ----------------------------------------------------------------------------------------
 # A launch line passes through two shells: the batch shell (once, on the first node) expands what is unquoted
 # or in double quotes; a shell each task runs (srun bash -c '...') expands the rest on its own node, seeing only
 # what the batch shell exported (and srun's variables). A small model of both, on a made-up allocation
 # (node101, node102, ...): what it cannot tell (a command it does not know, a variable a sourced file may set)
-# is UNKNOWN, and a host with an UNKNOWN part is not judged.
+# is UNKNOWN, and a host or node rank with an UNKNOWN part is not judged.
 
 UNKNOWN = "\x00"
 ENVIRONMENT = {"HOME", "USER", "LOGNAME", "PATH", "PWD", "OLDPWD", "SHELL", "TMPDIR", "SCRATCH", "WORK", "LANG", "TERM"}
@@ -134,7 +141,9 @@ def _dollar(text: str, i: int, shell: dict) -> tuple[str, int]:
         end = _construct_end(text, i)
         inner = text[i + 2:end - 1]
         if text[i + 1] == "(":
-            return (UNKNOWN if inner.startswith("(") else _substitute(inner, shell)), end
+            if inner.startswith("("):  # $(( ... )): arithmetic
+                return (_arithmetic(inner[1:-1], shell) if inner.endswith(")") else UNKNOWN), end
+            return _substitute(inner, shell), end
         match = re.fullmatch(r"([A-Za-z_]\w*)(?:(:?)([-=])(.*))?", inner, re.DOTALL)
         if not match:
             return UNKNOWN, end
@@ -151,6 +160,45 @@ def _dollar(text: str, i: int, shell: dict) -> tuple[str, int]:
     if i + 1 < len(text) and (text[i + 1].isdigit() or text[i + 1] in "@*#?$!-"):
         return UNKNOWN, i + 2
     return "$", i + 1
+
+
+def _arithmetic(expression: str, shell: dict) -> str:
+    """What ``$(( expression ))`` gives: integers, variables (by name or ``$NAME``; empty or unset is 0) and
+    ``+ - * / %`` with parentheses, in integers as bash computes them; empty for a division by zero (bash refuses
+    it, and the command does not run); UNKNOWN for anything else."""
+    import ast
+
+    def value(match):
+        got = _lookup(match.group(0), shell)
+        return "0" if got == "" else got if re.fullmatch(r"-?\d+", got) else UNKNOWN
+
+    text = re.sub(r"[A-Za-z_]\w*", value, _double_quoted(expression, shell))
+    if UNKNOWN in text or not re.fullmatch(r"[\d\s+\-*/%()]+", text):
+        return UNKNOWN
+
+    def evaluate(node):
+        if isinstance(node, ast.Constant) and type(node.value) is int:
+            return node.value
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.UAdd, ast.USub)):
+            operand = evaluate(node.operand)
+            return -operand if isinstance(node.op, ast.USub) else operand
+        if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.Sub, ast.Mult, ast.Div, ast.Mod)):
+            left, right = evaluate(node.left), evaluate(node.right)
+            if isinstance(node.op, (ast.Div, ast.Mod)) and right == 0:
+                raise ZeroDivisionError  # bash refuses the expansion, and the command does not run
+            if isinstance(node.op, ast.Div):  # bash truncates toward zero; % takes the dividend's sign
+                return abs(left) // abs(right) * (1 if (left < 0) == (right < 0) else -1)
+            if isinstance(node.op, ast.Mod):
+                return left - right * (abs(left) // abs(right) * (1 if (left < 0) == (right < 0) else -1))
+            return {ast.Add: left + right, ast.Sub: left - right, ast.Mult: left * right}[type(node.op)]
+        raise ValueError(node)
+
+    try:
+        return str(evaluate(ast.parse(text.strip(), mode="eval").body))
+    except ZeroDivisionError:
+        return ""
+    except (SyntaxError, ValueError, RecursionError):
+        return UNKNOWN
 
 
 def _expand_word(raw: str, shell: dict, split: bool = True) -> list[str]:
@@ -265,9 +313,10 @@ def _declare(words: list[str], shell: dict, export: bool) -> None:
             shell["exported"].add(name)
 
 
-def _run_commands(text: str, shell: dict, on_srun, on_torchrun) -> None:
-    """Walk the simple commands of ``text`` in ``shell``: assignments and exports change it; ``on_srun(argv,
-    extra, operator)`` and ``on_torchrun(argv)`` are called with the words each launch command receives."""
+def _run_commands(text: str, shell: dict, on_command) -> None:
+    """Walk the simple commands of ``text`` in ``shell``: assignments and exports change it; every other command
+    is handed to ``on_command(argv, prefix, operator)``: the words it receives (after ``exec``, ``env`` and the
+    like), the variables set for it alone, and the operator that ends it ("&" runs it in the background)."""
     for words, operator in _scan(text):
         while words and words[0] in ("if", "then", "else", "elif", "do", "while", "until", "{", "!", "fi", "done", "}"):
             words = words[1:]  # the command inside a compound command's reserved words
@@ -301,10 +350,93 @@ def _run_commands(text: str, shell: dict, on_srun, on_torchrun) -> None:
                 name, _, value = argv[0].partition("=")
                 prefix[name] = value
             argv = argv[1:]
-        if argv and os.path.basename(argv[0]) == "srun":
-            on_srun(argv, prefix, operator)
-        elif _is_torchrun(argv):
-            on_torchrun(argv)
+        if argv:
+            on_command(argv, prefix, operator)
+
+
+# --- One walk of the script: the batch shell, then each task's shell ----------------------------------
+# The script runs on a made-up allocation (node101, node102, ...). Both judgements of lesson 10's sbatch_for
+# read this one walk: how each line launches the command, and the rendezvous host and node rank every node's
+# torchrun receives.
+
+def allocation(nodes: int) -> dict:
+    return {"hosts": [f"node{101 + k}" for k in range(nodes)], "ips": [f"10.1.{k // 250}.{k % 250 + 1}" for k in range(nodes)]}
+
+
+def _job_variables(options: dict, nodes: int, gpus: int | None) -> dict:
+    """What Slurm sets for the whole job (every task sees it; unset ones are empty): from the #SBATCH options."""
+    from gpucourse.beyond_one_machine import hostlist
+
+    per_node = options.get("ntasks-per-node") or ""
+    ntasks = options.get("ntasks") or (str(nodes * int(per_node)) if per_node.isdigit() else "")
+    nodelist = hostlist("node", list(range(101, 101 + nodes)))
+    return {"SLURM_JOB_NODELIST": nodelist, "SLURM_NODELIST": nodelist, "SLURM_JOB_ID": "4242", "SLURM_JOBID": "4242",
+            "SLURM_NNODES": str(nodes), "SLURM_JOB_NUM_NODES": str(nodes), "SLURM_NTASKS_PER_NODE": per_node,
+            "SLURM_NTASKS": ntasks, "SLURM_NPROCS": ntasks, "SLURM_GPUS_ON_NODE": str(gpus or ""),
+            # Slurm sets SLURM_GPUS_PER_NODE only when the job asked for --gpus-per-node (not with --gres)
+            "SLURM_GPUS_PER_NODE": str(gpus or "") if "gpus-per-node" in options else ""}
+
+
+def _on_node(k: int, hosts: list[str], tasks_per_node: int) -> dict:
+    """What srun sets differently in the first task of node ``k``."""
+    return {"SLURM_NODEID": str(k), "SLURM_LOCALID": "0", "SLURM_PROCID": str(k * tasks_per_node),
+            "SLURMD_NODENAME": hosts[k], "HOSTNAME": hosts[k], "SLURM_TOPOLOGY_ADDR": hosts[k]}
+
+
+def script_steps(body: list[str], options: dict, nodes: int, gpus: int | None) -> list[dict]:
+    """Every simple command of the script's ``body``, as the batch shell (once, on the first node) runs it:
+    {"line": index in body, "argv", "operator", "tasks"}. For ``srun ... bash -c '...'``, "tasks" holds, for
+    each node, the commands (argv lists) that the shell of the node's first task runs, as it expands them:
+    it sees what the batch shell exported, srun's --export, and srun's per-task variables."""
+    per_node = options.get("ntasks-per-node") or "1"
+    place = allocation(nodes)
+    tasks_per_node = int(per_node) if per_node.isdigit() else 1
+    job = _job_variables(options, nodes, gpus)
+    node0 = _on_node(0, place["hosts"], tasks_per_node)
+    batch = {**place, "vars": {**job, **node0}, "exported": set(job) | set(node0), "allexport": False,
+             "opaque": False, "node": 0}
+    steps = []
+
+    for index, line in enumerate(body):
+        def on_command(argv, prefix, operator, index=index):
+            step = {"line": index, "argv": argv, "operator": operator, "tasks": None}
+            steps.append(step)
+            if os.path.basename(argv[0]) != "srun":
+                return
+            srun, program = _split_options(argv[1:], SRUN_FLAGS)
+            program = program_of(program)
+            extra, unmodelled = dict(prefix), False
+            for part in srun.get("export", "ALL").split(","):
+                name, eq, value = part.partition("=")
+                if eq:
+                    extra[name] = value
+                elif part != "ALL":
+                    unmodelled = True  # --export=NONE or a list of names: what the tasks see is not modelled
+            if len(program) >= 3 and os.path.basename(program[0]) in ("bash", "sh") and "-c" in program[1:-1]:
+                exported = {name: batch["vars"][name] for name in batch["exported"] if name in batch["vars"]}
+                step["tasks"] = []
+                for k in range(nodes):
+                    task = {**place, "vars": {**exported, **extra, **_on_node(k, place["hosts"], tasks_per_node)},
+                            "exported": set(), "allexport": False, "opaque": batch["opaque"] or unmodelled, "node": k}
+                    task["vars"].update(SLURM_STEP_NODELIST=job["SLURM_JOB_NODELIST"], SLURM_LAUNCH_NODE_IPADDR=place["ips"][0])
+                    commands = []
+                    _run_commands(program[program.index("-c") + 1], task, lambda a, p, o: commands.append(a))
+                    step["tasks"].append(commands)
+
+        _run_commands(line, batch, on_command)
+    return steps
+
+
+def launched_torchruns(step: dict) -> list[list[str]] | None:
+    """The torchrun command line each node runs for an srun ``step``: the same words on every node when srun
+    starts torchrun itself, each node's own when a shell of the task does (srun bash -c '...'); None if neither."""
+    program = program_of(_split_options(step["argv"][1:], SRUN_FLAGS)[1])
+    if _is_torchrun(program):
+        return [program]
+    if step["tasks"] is not None:
+        found = [next((c for c in commands if _is_torchrun(c)), None) for commands in step["tasks"]]
+        return found if all(found) else None
+    return None
 
 
 def _torchrun_host(argv: list[str]) -> tuple[str, str] | None:
@@ -320,70 +452,26 @@ def _torchrun_host(argv: list[str]) -> tuple[str, str] | None:
     return None
 
 
-def rendezvous_hosts(body: list[str], options: dict, nodes: int) -> list[tuple[str, list[str], dict]]:
-    """For each torchrun that srun starts in the script's ``body``: (its rendezvous option, the host each node's
-    torchrun receives, node 0's first; the allocation), as the batch shell and each task's shell expand it."""
-    from gpucourse.beyond_one_machine import hostlist
-
-    hosts = [f"node{101 + k}" for k in range(nodes)]
-    allocation = {"hosts": hosts, "ips": [f"10.1.{k // 250}.{k % 250 + 1}" for k in range(nodes)]}
-    job = {"SLURM_JOB_NODELIST": hostlist("node", list(range(101, 101 + nodes))), "SLURM_JOB_ID": "4242",
-           "SLURM_NNODES": str(nodes), "SLURM_JOB_NUM_NODES": str(nodes)}
-    job.update(SLURM_NODELIST=job["SLURM_JOB_NODELIST"], SLURM_JOBID=job["SLURM_JOB_ID"])
-    if "gpus-per-node" in options:
-        job["SLURM_GPUS_PER_NODE"] = options["gpus-per-node"]
-
-    def on_node(k):  # the first task of node k
-        return {"SLURM_NODEID": str(k), "SLURM_LOCALID": "0",
-                "SLURMD_NODENAME": hosts[k], "HOSTNAME": hosts[k], "SLURM_TOPOLOGY_ADDR": hosts[k]}
-
-    batch = {**allocation, "vars": {**job, **on_node(0)}, "exported": set(job) | set(on_node(0)), "allexport": False,
-             "opaque": False, "node": 0}
+def rendezvous_hosts(steps: list[dict], nodes: int) -> list[tuple[str, list[str]]]:
+    """For each torchrun that srun starts: (its rendezvous option, the host each node's torchrun receives, node 0's
+    first). A torchrun started without srun runs once, on the first node: judged as a launch problem."""
     found = []
-
-    def on_srun(argv, prefix, operator):
-        srun, program = _split_options(argv[1:], SRUN_FLAGS)
-        extra, unmodelled = dict(prefix), False
-        for part in srun.get("export", "ALL").split(","):
-            name, eq, value = part.partition("=")
-            if eq:
-                extra[name] = value
-            elif part != "ALL":
-                unmodelled = True  # --export=NONE or a list of names: what the tasks see is not modelled
-        while program and program[0] in ("exec", "env", "nohup", "time", "command"):
-            program = program[1:]
-        if _is_torchrun(program):  # srun hands torchrun the words the batch shell expanded: the same on every node
-            named = _torchrun_host(program)
-            if named:
-                found.append((named[0], [named[1]] * nodes, allocation))
-        elif len(program) >= 3 and os.path.basename(program[0]) in ("bash", "sh") and "-c" in program[1:-1]:
-            script, per_node = program[program.index("-c") + 1], {}
-            for k in range(nodes):
-                exported = {name: batch["vars"][name] for name in batch["exported"] if name in batch["vars"]}
-                task = {**allocation, "vars": {**exported, **extra, **on_node(k)}, "exported": set(), "allexport": False,
-                        "opaque": batch["opaque"] or unmodelled, "node": k}
-                task["vars"].update(SLURM_STEP_NODELIST=job["SLURM_JOB_NODELIST"], SLURM_LAUNCH_NODE_IPADDR=allocation["ips"][0])
-
-                def seen(inner, k=k):
-                    per_node.setdefault(k, _torchrun_host(inner))
-
-                _run_commands(script, task, lambda *_: None, seen)
-            named = [per_node.get(k) for k in range(nodes)]
-            if named and all(named) and len({n[0] for n in named}) == 1:
-                found.append((named[0][0], [n[1] for n in named], allocation))
-
-    def on_torchrun(argv):
-        pass  # torchrun without srun runs once, on the first node: judged as a launch problem
-
-    _run_commands("\n".join(body), batch, on_srun, on_torchrun)
+    for step in steps:
+        if os.path.basename(step["argv"][0]) != "srun":
+            continue
+        runs = launched_torchruns(step)
+        named = [_torchrun_host(argv) for argv in runs] if runs else []
+        if named and all(named) and len({n[0] for n in named}) == 1:
+            found.append((named[0][0], [n[1] for n in named] * (nodes if len(named) == 1 else 1)))
     return found
 
 
-def rendezvous_problem(option: str, values: list[str], allocation: dict) -> str | None:
+def rendezvous_problem(option: str, values: list[str]) -> str | None:
     """What is wrong with the rendezvous host each node's torchrun receives (``values``, node 0's first), or None."""
     if len(values) < 2 or any(UNKNOWN in value for value in values):
         return None
-    hosts, first = allocation["hosts"], {allocation["hosts"][0], f"{allocation['hosts'][0]}.cluster", allocation["ips"][0]}
+    place = allocation(len(values))
+    hosts, first = place["hosts"], {place["hosts"][0], f"{place['hosts'][0]}.cluster", place["ips"][0]}
     job = f"on a job whose nodes are {hosts[0]}, {hosts[1]}{', ...' if len(hosts) > 2 else ''}"
     if any(value == "" or value.startswith("-") for value in values):
         return (f"torchrun's {option} host is empty {job}, in the shell that starts torchrun: a variable the batch "
