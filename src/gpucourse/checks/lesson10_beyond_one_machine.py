@@ -199,7 +199,7 @@ def _contains(words: list[str], part: list[str]) -> bool:
     return any(words[i:i + len(part)] == part for i in range(len(words) - len(part) + 1))
 
 
-def _shown(value) -> str:
+def _readable(value) -> str:
     """An option's value as a message shows it: what the model cannot know (a command's output) as "?"."""
     return repr(value.replace(UNKNOWN, "?")) if isinstance(value, str) else repr(value)
 
@@ -249,9 +249,9 @@ def _torchrun(per_node: list[list[str]], command: list[str], nodes: int, gpus: i
         problems.append("torchrun does not start the command as given (it runs python itself: give it the"
                         " script and its arguments, or --no-python and the whole command)")
     if options.get("nnodes") not in (str(nodes), f"{nodes}:{nodes}"):
-        problems.append(f"torchrun --nnodes is {_shown(options.get('nnodes'))}; it must be the number of nodes")
+        problems.append(f"torchrun --nnodes is {_readable(options.get('nnodes'))}; it must be the number of nodes")
     if options.get("nproc-per-node") not in (str(gpus), "gpu", "auto"):
-        problems.append(f"torchrun --nproc-per-node is {_shown(options.get('nproc-per-node'))}: one worker per GPU")
+        problems.append(f"torchrun --nproc-per-node is {_readable(options.get('nproc-per-node'))}: one worker per GPU")
     # a rendezvous named, even where its host is wrong or empty (judged with the clause "rendezvous")
     rendezvous = ("rdzv-endpoint" in options and options.get("rdzv-backend", "static") != "static") or (
         "master-addr" in options and "node-rank" in options)
