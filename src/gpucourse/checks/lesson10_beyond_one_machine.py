@@ -216,7 +216,7 @@ def _launch(step: dict, command: list[str], nodes: int, gpus: int) -> dict:
     program = program_of(program)
     if program[:len(command)] == command:
         return {"kind": "lightning", "srun": srun, "problem": None}
-    torchruns = launched_torchruns(step)
+    torchruns = launched_torchruns(step, nodes)
     if step["tasks"] is not None:
         if torchruns:  # bash -c 'torchrun ... --node-rank=$SLURM_NODEID ...': torchrun launches, per node
             return _torchrun(torchruns, command, nodes, gpus, srun, in_task_shell=program[program.index("-c") + 1])
@@ -227,7 +227,7 @@ def _launch(step: dict, command: list[str], nodes: int, gpus: int) -> dict:
         shown = " ".join(program[:len(command) + 1])
         return {"kind": "lightning", "srun": srun,
                 "problem": f"srun must start the command itself, as given; this line starts {shown!r}"}
-    return _torchrun(torchruns * nodes, command, nodes, gpus, srun, in_task_shell=None)
+    return _torchrun(torchruns, command, nodes, gpus, srun, in_task_shell=None)
 
 
 def _torchrun(per_node: list[list[str]], command: list[str], nodes: int, gpus: int, srun: dict,

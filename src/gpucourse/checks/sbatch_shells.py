@@ -427,12 +427,13 @@ def script_steps(body: list[str], options: dict, nodes: int, gpus: int | None) -
     return steps
 
 
-def launched_torchruns(step: dict) -> list[list[str]] | None:
-    """The torchrun command line each node runs for an srun ``step``: the same words on every node when srun
-    starts torchrun itself, each node's own when a shell of the task does (srun bash -c '...'); None if neither."""
+def launched_torchruns(step: dict, nodes: int) -> list[list[str]] | None:
+    """The torchrun command line each of the ``nodes`` runs for an srun ``step``: the same words on every node
+    when srun starts torchrun itself, each node's own when a shell of the task does (srun bash -c '...'); None
+    if neither."""
     program = program_of(_split_options(step["argv"][1:], SRUN_FLAGS)[1])
     if _is_torchrun(program):
-        return [program]
+        return [program] * nodes
     if step["tasks"] is not None:
         found = [next((c for c in commands if _is_torchrun(c)), None) for commands in step["tasks"]]
         return found if all(found) else None
@@ -459,10 +460,10 @@ def rendezvous_hosts(steps: list[dict], nodes: int) -> list[tuple[str, list[str]
     for step in steps:
         if os.path.basename(step["argv"][0]) != "srun":
             continue
-        runs = launched_torchruns(step)
+        runs = launched_torchruns(step, nodes)
         named = [_torchrun_host(argv) for argv in runs] if runs else []
         if named and all(named) and len({n[0] for n in named}) == 1:
-            found.append((named[0][0], [n[1] for n in named] * (nodes if len(named) == 1 else 1)))
+            found.append((named[0][0], [n[1] for n in named]))
     return found
 
 
