@@ -83,7 +83,7 @@ def kept_tensor_bytes(root, exclude, namespace=None, by_dtype=None) -> int:
 
     skip = {t.untyped_storage().data_ptr() for t in exclude if t is not None}
     todo = [root] + [v for k, v in (namespace or {}).items() if not k.startswith("__")]
-    seen, storages, dtypes = set(), {}, {}
+    seen, storages = set(), {}  # storage -> (bytes, dtype)
     while todo:
         obj = todo.pop()
         if id(obj) in seen or isinstance(obj, (types.ModuleType, str, bytes, int, float, complex, bool, type(None))):
@@ -93,14 +93,12 @@ def kept_tensor_bytes(root, exclude, namespace=None, by_dtype=None) -> int:
             local = obj.to_local() if hasattr(obj, "to_local") else obj
             storage = local.untyped_storage()
             if storage.data_ptr() not in skip:
-                storages[storage.data_ptr()] = storage.nbytes()
-                dtypes[storage.data_ptr()] = str(local.dtype)
+                storages[storage.data_ptr()] = (storage.nbytes(), str(local.dtype))
             if obj.is_leaf:  # a leaf's .grad is kept with it; a non-leaf has none
                 todo.append(obj.grad)
             todo += list(getattr(obj, "__dict__", {}).values())  # state set as attributes of a tensor (p.exp_avg)
         elif type(obj).__module__ == "numpy" and hasattr(obj, "nbytes"):  # state kept outside torch counts too
-            storages[("numpy", id(obj))] = int(obj.nbytes)
-            dtypes[("numpy", id(obj))] = f"torch.{obj.dtype}"
+            storages[("numpy", id(obj))] = (int(obj.nbytes), f"torch.{obj.dtype}")
         elif isinstance(obj, dict):
             todo += list(obj.keys()) + list(obj.values())
         elif isinstance(obj, (list, tuple, set, frozenset)):
@@ -121,9 +119,9 @@ def kept_tensor_bytes(root, exclude, namespace=None, by_dtype=None) -> int:
             todo += list(getattr(obj, "__dict__", {}).values())
             todo += [getattr(obj, name, None) for name in getattr(type(obj), "__slots__", ()) if isinstance(name, str)]
     if by_dtype is not None:
-        for key, nbytes in storages.items():
-            by_dtype[dtypes[key]] = by_dtype.get(dtypes[key], 0) + nbytes
-    return sum(storages.values())
+        for nbytes, dtype in storages.values():
+            by_dtype[dtype] = by_dtype.get(dtype, 0) + nbytes
+    return sum(nbytes for nbytes, _ in storages.values())
 
 
 def drive_sharded_adam(ns, inputs=None):
