@@ -1,5 +1,7 @@
 """Hidden checks for lesson 1: average_across_ranks, a 2-process script (the package's docstring says how every part works)."""
 
+import math
+
 from gpucourse.checks.ddp import first_raised, judge_script_ran
 
 
@@ -22,13 +24,6 @@ def reference_shard_indices(n, rank, world_size):
     return list(range(rank, n, world_size))
 
 
-def _size(shape):
-    size = 1
-    for s in shape:
-        size *= s
-    return size
-
-
 def draw_rank_inputs(rng):
     pairs = [(0, 1), (0, 3), (1, 1), (1, 4), (2, 5), (3, 3)]
     for _ in range(2):
@@ -45,7 +40,7 @@ def draw_rank_inputs(rng):
                ("bfloat16", [rng.randint(1, 3), 2]),
                ("int64", [rng.randint(1, 5)]), ("int32", [rng.randint(1, 3), 2])]  # last: an answer may refuse them
     for dtype, shape in layouts:
-        size = _size(shape)
+        size = math.prod(shape)
         if dtype in ("float16", "bfloat16"):  # values the dtype holds exactly, sums too
             values = {str(r): [rng.randint(-32, 32) / 4 for _ in range(size)] for r in range(HIDDEN_WORLD_SIZE)}
         elif dtype.startswith("int"):  # small enough that the float32 a division gives holds their sums exactly
