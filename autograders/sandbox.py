@@ -142,9 +142,9 @@ def probe() -> Isolation:
     if sys.platform != "linux":
         return Isolation("", ("namespaces and bubblewrap need Linux: grade a class on a Linux machine or VM",))
     if os.geteuid() == 0:  # the real nobody; bubblewrap as root would map nobody to root, exempt from RLIMIT_NPROC
-        missing = [tool for tool in ("sh", "mount", "ip") if not shutil.which(tool, path=os.defpath)]
+        missing = [tool for tool in ("sh", "mount") if not shutil.which(tool, path=os.defpath)]
         if missing:
-            return Isolation("", (f"{', '.join(missing)} missing: apt-get install util-linux iproute2",))
+            return Isolation("", (f"{', '.join(missing)} missing: apt-get install util-linux",))
         with tempfile.TemporaryDirectory(prefix="gpucourse-probe-") as folder:  # a run of `true`, isolated as every run
             trial = subprocess.run(sandbox_view._isolated_command(["true"], Path(folder), [], sandbox_view.NOBODY, 16),
                                    cwd=sandbox_view.ISOLATED_CWD, env={"PATH": os.defpath}, capture_output=True, timeout=60)

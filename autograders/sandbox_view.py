@@ -147,14 +147,10 @@ def _root_script(workdir: Path, hide: list[Path], tmpfs_bytes: int = 0) -> list[
 
 
 def _mount_script(workdir: Path, hide: list[Path], tmpfs_bytes: int = 0) -> list[str]:
-    """Shell lines run as root inside the new namespaces: the PID namespace's own /proc (what ``unshare
-    --mount-proc`` does), loopback up, then the sandbox's root from ``visible()`` alone (``_root_script``)
-    at ROOT_MOUNT, which the caller makes the root.
-
-    The new network namespace has only a loopback interface, brought up so that the code can use
-    127.0.0.1 among its own processes (gloo needs it); nothing outside the namespace is reachable.
-    """
-    script = ["set -e", "mount --make-rprivate /", "mount -t proc -o nosuid,noexec,nodev proc /proc", "ip link set lo up"]
+    """Shell lines run as root inside the new namespaces (whose loopback ``namespaces.isolate`` has
+    brought up): the PID namespace's own /proc (what ``unshare --mount-proc`` does), then the sandbox's
+    root from ``visible()`` alone (``_root_script``) at ROOT_MOUNT, which the caller makes the root."""
+    script = ["set -e", "mount --make-rprivate /", "mount -t proc -o nosuid,noexec,nodev proc /proc"]
     return script + _root_script(workdir, hide, tmpfs_bytes)
 
 

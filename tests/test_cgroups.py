@@ -47,6 +47,8 @@ needs_cgroups = pytest.mark.usefixtures("cgroups_here")
 
 @pytest.fixture(scope="module")
 def server():
+    if not ISOLATION:  # a preloaded Python isolates each run it forks: without isolation it has none to give
+        _missing(ISOLATION.describe())
     with contextlib.closing(sandbox.Preloaded(ENV)) as preloaded:
         assert preloaded.usable(), preloaded.why
         yield preloaded
