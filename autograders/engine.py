@@ -186,7 +186,7 @@ def grading_seed(grading: Grading) -> int:
 def _env(grading: Grading) -> dict[str, str]:
     """The sandbox's whole environment; the course's variables (gpucourse.environment) cross into it here."""
     return {"PATH": os.defpath, "HOME": "/tmp", "LANG": "C.UTF-8", "MPLBACKEND": "Agg", "PYTHONDONTWRITEBYTECODE": "1",
-            environment.SMOKE: "1" if grading.smoke else "0", environment.OFFLINE: "1", "OMP_NUM_THREADS": "1",
+            environment.SMOKE: "1" if grading.smoke else "0", environment.OFFLINE: "1", **sandbox.ONE_THREAD_ENV,
             "PYTHONPATH": str(ROOT)}  # where the sandbox imports autograders.worker (visible: it alone)
 
 

@@ -11,7 +11,7 @@ working folder, the run's cgroup (as root); when isolated, new network, mount, P
 ``nobody`` with no capabilities and no new privileges. The grader still kills the child's process
 group on timeout, and a child in a PID namespace takes everything it started with it.
 
-It is safe to fork because this process never starts a thread (OMP_NUM_THREADS=1 comes with the
+It is safe to fork because this process never starts a thread (sandbox.ONE_THREAD_ENV comes with the
 environment, and ``worker.forking.fork_safe`` checks its threads and CUDA before serving), never
 initializes CUDA, and never reads anything a submission must not see: it imports public packages,
 the sandbox's worker (``worker.trust.PRELOAD``), ``sandbox`` and ``sandbox_view`` (limits and mounts,

@@ -50,6 +50,13 @@ from pathlib import Path
 from . import cgroups, sandbox_view
 
 
+# Variables of every run's environment that keep a preloaded Python at one thread, so that forking it is
+# safe (worker.forking.fork_safe refuses otherwise, and runs fall back to starting Python): OpenMP's pool,
+# and the background thread of the jemalloc inside pyarrow, which `import pyarrow` starts (pandas imports
+# it wherever it is installed: seen on a GPU machine's image, 2026-12-01, where the preload was refused).
+ONE_THREAD_ENV = {"OMP_NUM_THREADS": "1", "JE_ARROW_MALLOC_CONF": "background_thread:false"}
+
+
 @dataclass(frozen=True)
 class Limits:
     wall_seconds: float = 600

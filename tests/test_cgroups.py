@@ -27,7 +27,7 @@ pytestmark = pytest.mark.slow  # starts isolated sandboxes: `make test`, not `ma
 
 SUPPORT = cgroups.probe()
 ISOLATION = sandbox.probe()
-ENV = {"PATH": os.defpath, "LANG": "C.UTF-8", "OMP_NUM_THREADS": "1"}  # as test_sandbox.py's
+ENV = {"PATH": os.defpath, "LANG": "C.UTF-8", **sandbox.ONE_THREAD_ENV}  # as test_sandbox.py's
 
 
 def _missing(what: str) -> None:

@@ -50,7 +50,7 @@ def isolated():
 
 needs_isolation = pytest.mark.usefixtures("isolated")  # isolate=True parameters: checked in _run
 # What the sandboxed code gets, as the engine gives it; one thread, so that a preloaded Python may fork.
-ENV = {"PATH": os.defpath, "LANG": "C.UTF-8", "OMP_NUM_THREADS": "1"}
+ENV = {"PATH": os.defpath, "LANG": "C.UTF-8", **sandbox.ONE_THREAD_ENV}
 
 
 @pytest.fixture(scope="module")
@@ -210,6 +210,23 @@ def test_sandbox_users_are_free_ids():
         with pytest.raises(KeyError):
             pwd.getpwuid(uid)
     assert sandbox.users(2) == users[:2], "this process's claims are reused, not claimed again"
+
+
+def test_the_runs_environment_keeps_pyarrows_import_to_one_thread():
+    """``import pyarrow`` (which pandas does wherever pyarrow is installed) starts the background thread of
+    its jemalloc, and a preloaded Python with two threads is not forked (``worker.forking.fork_safe``):
+    every run would start Python instead. The runs' environment (``sandbox.ONE_THREAD_ENV``) turns it off."""
+    import subprocess
+    import sys
+
+    pytest.importorskip("pyarrow")
+    code = "import os, pyarrow; print(len(os.listdir('/proc/self/task')))"
+    threads = {}
+    for name, env in (("without", {"PATH": os.defpath, "OMP_NUM_THREADS": "1"}), ("with", ENV)):
+        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0, out.stderr[-2000:]
+        threads[name] = int(out.stdout)
+    assert threads == {"without": 2, "with": 1}, threads
 
 
 def test_another_grader_on_the_machine_gets_other_users():
