@@ -23,15 +23,16 @@ from pathlib import Path
 import pytest
 
 from autograders import engine, sandbox
-from conftest import (COURSE, EXECUTED, REQUIRE_ISOLATION, ROOT, SOLUTIONS, NotebookFailed,
-                      executed_solution, nbgrader_meta, read)
+from conftest import COURSE, EXECUTED, REQUIRE_ISOLATION, ROOT, SOLUTIONS, NotebookFailed, executed_solution, nbgrader_meta, read
 
 pytestmark = pytest.mark.slow  # grades dozens of attack submissions in sandboxes: `make test`, not `make test-fast`
 
 ASSIGNMENT = "lesson01_processes_threads"
 NOTEBOOK = "processes_threads.ipynb"
 TESTS = ["test_parallel_map", "test_lines_dataset", "test_choose_tools", "test_average_across_ranks"]
-BATTLE_SECONDS = 180  # each submission's wall-clock limit in the battle (its cells get a sixth, an observer half)
+# Each submission's wall-clock limit in the battle (its cells get a sixth, an observer half), with room for the slowest
+# honest run, kills_the_launch_copy: its 4 launches start torchrun; 58 s alone, 117 s of a 120-s limit once in the suite.
+BATTLE_SECONDS = 180
 MARKER = f"gpucourse-adversary-{uuid.uuid4().hex}"
 BESIDE = f"gpucourse-answers-{uuid.uuid4().hex[:8]}"  # a folder beside the checkout, holding a solution
 
@@ -444,9 +445,6 @@ def battle(tmp_path_factory):
         shutil.copy(SOLUTIONS / ASSIGNMENT / NOTEBOOK, path)
         os.utime(path, (0, 0))  # older than this session: conftest.executed_solution never takes it for its run
     started = time.perf_counter()
-    # The limit must leave room for the slowest honest run here: kills_the_launch_copy, whose launches start
-    # torchrun instead of forking (4 of them, each importing torch). Alone it took 58 s; inside this batch, on 2
-    # busy cores beside the rest of the suite, it reached 117 s of the 120 once, and lost the launches' points.
     try:
         batch = grade.grade(submissions, results, jobs=2, limits=sandbox.Limits(wall_seconds=BATTLE_SECONDS))
     finally:

@@ -42,6 +42,16 @@ def example_assignment(files: dict[str, str]) -> str:
     return Path(notebooks[0]).parts[1]
 
 
+MAX_MODULE_LINES = 600  # CONTRIBUTING.md: past it, a module is split by what it holds
+
+
+def test_no_python_file_of_the_project_is_over_the_line_limit():
+    tracked = subprocess.run(["git", "ls-files", "*.py"], cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()
+    assert len(tracked) > 100, tracked  # the project's files, not an empty listing
+    lines = {path: len((ROOT / path).read_text().splitlines()) for path in tracked}
+    assert not {path: n for path, n in lines.items() if n > MAX_MODULE_LINES}, "split these by what they hold"
+
+
 def test_every_file_the_example_names_is_written_out_whole():
     files = blocks()
     aid = example_assignment(files)
