@@ -1,13 +1,12 @@
 """Adversarial submissions, graded in one batch next to an honest student.
 
-Each attack is built from the released notebook and states the most its honest content deserves
-per test cell (usually 0: the attack replaces a real answer). The suite checks that no attack
-scores above that, that the batch finishes, that the honest bystander keeps full marks and an
-intact record, that the flags a person needs are raised, and that nothing outlives the run.
-An attack on what the checks observe is built to score full marks if it worked (a wrong answer the
-patch would make pass, a right one behind a forbidden import), so that each test can fail; the
-plan must call it forgery (which zeroes the submission), and where the cell's own output can show
-that a file stayed unreadable or an import closed, the test reads it there.
+Each attack is built from the released notebook and states the most its honest content deserves per test cell (usually
+0: the attack replaces a real answer). The suite checks that no attack scores above that, that the batch finishes,
+that the honest bystander keeps full marks and an intact record, that the flags a person needs are raised, and that
+nothing outlives the run. An attack on what the checks observe is built to score full marks if it worked (a wrong
+answer the patch would make pass, a right one behind a forbidden import), so that each test can fail; the plan must
+call it forgery (which zeroes the submission), and where the cell's own output can show that a file stayed unreadable
+or an import closed, the test reads it there.
 """
 
 from __future__ import annotations
@@ -173,14 +172,16 @@ ANSWER_KEY = (
 
 # A public launch's record, put in the checks' launch cache during the cells, beside a wrong average.
 FORGED_LAUNCH = (
-    "import gc, json\n"
-    "def average_across_ranks(tensor):\n    return tensor.clone()\n"
+    "import gc, json\ndef average_across_ranks(tensor):\n    return tensor.clone()\n"
     "reports = {str(r): {'rank': r, 'world_size': 2, 'shards': {'10': list(range(r, 10, 2)), '7': list(range(r, 7, 2))},"
     " 'average': [1.5, 5.0], 'input_unchanged': True} for r in (0, 1)}\n"
     f"checks = {'gpucourse.checks.'[::-1]!r}[::-1]\n"
-    "for o in gc.get_objects():\n    if type(o) is dict and o.get('__name__') == checks + 'ddp':\n"
-    "        key = (o['_policy'].sources['average_across_ranks'], 2, checks + 'lesson01:drive_average_across_ranks', 'null')\n"
-    "        o['_LAUNCHED'][key] = {'returncode': 0, 'ranks': reports, 'tail': ''}\n")
+    "import sys\nfound = [o for o in gc.get_objects() if type(o) is dict and o.get('__name__') == checks + 'ddp']\n"
+    "f = sys._getframe()  # the stack reaches what gc.freeze hides from gc.get_objects\nwhile f is not None and not found:\n"
+    "    found += [vars(m) for m in [f.f_globals.get('ddp')] if getattr(m, '__name__', '') == checks + 'ddp']\n    f = f.f_back\n"
+    "for o in found:\n"
+    "    key = (o['_policy'].sources['average_across_ranks'], 2, checks + 'lesson01:drive_average_across_ranks', 'null')\n"
+    "    o['_LAUNCHED'][key] = {'returncode': 0, 'ranks': reports, 'tail': ''}\n")
 
 # A common bug: a loop that swallows every exception, the cell's timeout too.
 SWALLOWS_TIMEOUT = "while True:\n    try:\n        while True:\n            pass\n    except BaseException:\n        pass\n"
@@ -191,8 +192,7 @@ def _wrong_ranks_launching(reference: str, route: str) -> str:
     reference's source instead, every rank of the real script would report the right values."""
     return (DDP_GOOD_SHARDS + "def average_across_ranks(tensor):\n    return tensor.clone()\n"
             f"REFERENCE = {reference!r}\n"
-            "def launch_the_reference(real):\n"
-            "    def launch(ns, exercise, inputs=None):\n"
+            "def launch_the_reference(real):\n    def launch(ns, exercise, inputs=None):\n"
             "        import dataclasses\n"
             "        g = real.__globals__  # the checks' launcher module: its launch policy, with the reference as the source\n"
             "        with g['launch_policy'](dataclasses.replace(g['policy'](), sources={exercise: REFERENCE})):\n"

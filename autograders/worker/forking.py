@@ -41,7 +41,15 @@ class Fork(Protocol):
 def serve(receive: Callable[[], "Fork | None"], reply: Callable[[dict], None], failure_code: int = 1) -> None:
     """The fork loop of both servers, one request at a time until ``receive`` returns None (the other
     end is gone): fork a child that runs the request and exits (with ``failure_code`` if it raised),
-    then ``reply`` with the message naming the child, and with the one saying how it ended."""
+    then ``reply`` with the message naming the child, and with the one saying how it ended.
+
+    First, what the server has loaded (torch, Lightning, the course) leaves the garbage collector's
+    generations (``gc.freeze``): a child's collections then never scan those objects again, nor write
+    to the pages they lie on, which a fork shares with the server until it is written (copy-on-write)."""
+    import gc
+
+    gc.collect()
+    gc.freeze()
     while True:
         fork = receive()
         if fork is None:
