@@ -172,16 +172,14 @@ ANSWER_KEY = (
 
 # A public launch's record, put in the checks' launch cache during the cells, beside a wrong average.
 FORGED_LAUNCH = (
-    "import gc, json\ndef average_across_ranks(tensor):\n    return tensor.clone()\n"
+    "import json, sys\ndef average_across_ranks(tensor):\n    return tensor.clone()\n"
     "reports = {str(r): {'rank': r, 'world_size': 2, 'shards': {'10': list(range(r, 10, 2)), '7': list(range(r, 7, 2))},"
     " 'average': [1.5, 5.0], 'input_unchanged': True} for r in (0, 1)}\n"
     f"checks = {'gpucourse.checks.'[::-1]!r}[::-1]\n"
-    "import sys\nfound = [o for o in gc.get_objects() if type(o) is dict and o.get('__name__') == checks + 'ddp']\n"
-    "f = sys._getframe()  # the stack reaches what gc.freeze hides from gc.get_objects\nwhile f is not None and not found:\n"
-    "    found += [vars(m) for m in [f.f_globals.get('ddp')] if getattr(m, '__name__', '') == checks + 'ddp']\n    f = f.f_back\n"
-    "for o in found:\n"
-    "    key = (o['_policy'].sources['average_across_ranks'], 2, checks + 'lesson01:drive_average_across_ranks', 'null')\n"
-    "    o['_LAUNCHED'][key] = {'returncode': 0, 'ranks': reports, 'tail': ''}\n")
+    "f = sys._getframe()  # up to the runner's frames, whose module holds the checks' ddp (gc.get_objects misses frozen dicts)\n"
+    "while getattr(f.f_globals.get('ddp'), '__name__', '') != checks + 'ddp':\n    f = f.f_back\no = vars(f.f_globals['ddp'])\n"
+    "key = (o['_policy'].sources['average_across_ranks'], 2, checks + 'lesson01:drive_average_across_ranks', 'null')\n"
+    "o['_LAUNCHED'][key] = {'returncode': 0, 'ranks': reports, 'tail': ''}\n")
 
 # A common bug: a loop that swallows every exception, the cell's timeout too.
 SWALLOWS_TIMEOUT = "while True:\n    try:\n        while True:\n            pass\n    except BaseException:\n        pass\n"

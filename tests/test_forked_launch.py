@@ -89,12 +89,12 @@ SCENARIOS = {
             return 1.0
     """, 120, None),
     "forges_reports": ("""
-        import gc, json, os, stat, sys
+        import json, os, stat, sys
         forged = json.dumps({"rank": 1, "world": 2, "total": 3.0, "forged": True}) + "\\n"
-        launcher = next((o for o in gc.get_objects() if type(o) is dict and o.get("__name__") == "autograders.worker.zygote"), None)
-        frame = sys._getframe()  # the stack reaches what gc.freeze (the fork servers') hides from gc.get_objects
-        while launcher is None and frame is not None:
-            launcher, frame = (frame.f_globals if frame.f_globals.get("__name__") == "autograders.worker.zygote" else None), frame.f_back
+        frame = sys._getframe()  # up to the launcher's frames (gc.get_objects misses what the fork servers froze)
+        while frame.f_globals.get("__name__") != "autograders.worker.zygote":
+            frame = frame.f_back
+        launcher = frame.f_globals
         for fd in launcher["_REPORT_FDS"]:  # every rank's report pipe, as the launcher had them
             try:
                 if stat.S_ISFIFO(os.fstat(fd).st_mode):

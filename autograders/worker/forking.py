@@ -14,6 +14,7 @@ server's code) and ``Channel``.
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import select
@@ -46,8 +47,6 @@ def serve(receive: Callable[[], "Fork | None"], reply: Callable[[dict], None], f
     First, what the server has loaded (torch, Lightning, the course) leaves the garbage collector's
     generations (``gc.freeze``): a child's collections then never scan those objects again, nor write
     to the pages they lie on, which a fork shares with the server until it is written (copy-on-write)."""
-    import gc
-
     gc.collect()
     gc.freeze()
     while True:
