@@ -12,7 +12,7 @@ The solutions, the unanswered notebooks and one fixture student take the whole r
 `make grade` (nbgrader's gradebook, feedback, CSV export, a regrade); the other fixture students are
 graded by the same engine and sandbox without the nbgrader bookkeeping (grade.engine_only), which
 the round trip already covers.
-Every fixture is judged in-process by tests/test_checks.py; here every right fixture and the first
+Every fixture is judged in-process by tests/test_checks.py; here the first two right fixtures and the first
 wrong one of each exercise also go through the sandbox (``--every-fixture-sandboxed``: all of them).
 """
 
@@ -52,16 +52,23 @@ def whole_class(tmp_path_factory, request) -> tuple[Path, dict, dict]:
     return folder, trip, engine
 
 
-def sandboxed_by_default(student: str) -> bool:
-    """Which fixture students the suite grades in the sandbox: every right one, and the first wrong one.
+SANDBOXED = ("right-1", "right-2", "wrong-1")  # the fixture students graded in the sandbox by default
 
-    tests/test_checks.py judges every fixture's observations in-process (the fast tier), each wrong one
+
+def sandboxed_by_default(student: str) -> bool:
+    """Which fixture students the suite grades in the sandbox: the first two right ones, and the first wrong one.
+
+    tests/test_checks.py judges every fixture's observations in-process (both tiers), each wrong one
     against the reason its first line names. What the sandbox can add is a difference between the two
-    paths, and the costly one is an honest answer losing points there: so every right fixture goes
-    through it, and of the wrong ones ``wrong-1``, which answers every exercise (each has at least
-    three). ``pytest --every-fixture-sandboxed`` grades them all.
+    paths, and the costly one is an honest answer losing points there. ``right-1`` and ``right-2`` answer
+    every exercise with two different correct answers (each has at least two), beside the reference
+    (which carries every honest pattern of ``classroom.with_honest_patterns``); ``wrong-1`` answers
+    every exercise wrongly (each has at least three). The other right students (up to ``right-7``) run
+    the same released cells again for more variants of a few exercises (23 sandboxed runs of the
+    heaviest notebooks' cells), for answers that both tiers judge in-process anyway. ``pytest --every-fixture-sandboxed``
+    grades them all.
     """
-    return not student.startswith("wrong-") or student == "wrong-1"
+    return not student.startswith(("right-", "wrong-")) or student in SANDBOXED
 
 
 def _copy(source: Path, pairs, folder: Path) -> Path:
