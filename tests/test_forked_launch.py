@@ -308,6 +308,24 @@ def test_the_rendezvous_names_its_events_as_inspect_would():
     assert zygote._method_name(10_000) == "no_method_name"
 
 
+def test_the_launchers_rendezvous_skips_only_the_first_join_skew():
+    """torch pauses a node a random 0-0.3 s before it first joins (the one ``_delay`` drawn from a range); the
+    copy's launchers, one node each, skip it and keep every other delay. Fails where torch changes that call."""
+    import inspect
+
+    from torch.distributed.elastic.rendezvous import dynamic_rendezvous
+
+    from autograders.worker import zygote
+
+    assert "_delay(seconds=(0, 0.3))" in inspect.getsource(dynamic_rendezvous.DynamicRendezvousHandler.next_rendezvous)
+    slept = []
+    delay = zygote._without_the_join_skew(slept.append)
+    delay(seconds=(0, 0.3))
+    delay(seconds=1)
+    delay(0.5)
+    assert slept == [1, 0.5]
+
+
 SERVE = """
 import gc, json, os
 from autograders.worker import forking
