@@ -6,8 +6,8 @@ oldest ones, from the package index; then every released notebook (course/) runs
 that Python, with the reference answers in its answer cells, at smoke size: not one cell may fail.
 The suite (`make test-suite`) installs the course editable and on the tested torch, so it cannot see a
 package file missing from the wheel or an API that the oldest torch lacks; this test does. It takes
-about 5 minutes on two cores once the runtime is built (4:48 in a fresh-clone CI run), about 3 more
-where it installs the runtime first (marker ``edition``):
+about 5 minutes on two cores once the runtime is built (4:48 in a fresh-clone CI run), and the time to
+install the runtime first where it is not built yet (``install_command``; marker ``edition``):
 `make test-edition` runs it alone, and `make test`, which CI runs, runs it after the suite (having built
 the runtime in the background meanwhile: ``python tests/test_edition_installed.py``).
 
@@ -105,13 +105,32 @@ def oldest_runtime() -> Path:
         subprocess.run([sys.executable, "-m", "venv", str(folder)], check=True)
         (folder / "constraints.txt").write_text(constraints)
         start = time.perf_counter()
-        run = subprocess.run([folder / "bin" / "python", "-m", "pip", "install", "-q", "--disable-pip-version-check",
-                              "-c", folder / "constraints.txt", *requirements], capture_output=True, text=True,
+        installer = install_command(folder / "bin" / "python")
+        run = subprocess.run([*installer, "-c", folder / "constraints.txt", *requirements], capture_output=True, text=True,
                              timeout=1800)
-        assert run.returncode == 0, f"installing {requirements} failed:\n{run.stderr[-3000:]}"
-        (folder / "install-seconds.txt").write_text(f"{time.perf_counter() - start:.0f}\n")
+        assert run.returncode == 0, f"installing {requirements} with {installer[0]} failed:\n{run.stderr[-3000:]}"
+        (folder / "install-seconds.txt").write_text(f"{time.perf_counter() - start:.0f} ({Path(installer[0]).name})\n")
         done.write_text(spec)
     return folder / "bin" / "python"
+
+
+def install_command(python: Path) -> list[str]:
+    """How the runtime's packages are installed into ``python``'s venv: uv (the ``test`` extra) where it is
+    installed, else pip. Only the runtime around the edition: the edition itself is installed by pip, as its
+    setup cell does on Colab. The runtime is the 3.3 GB CUDA build of torch with its nvidia-* libraries;
+    pip unpacks it on one core (on 2 cores: 99 s and 97 CPU-seconds; uv: 37 s and 65 CPU-seconds, both with
+    empty caches, both compiling the bytecode, as pip does by default). uv reads none of pip's settings: the package index, extra indexes and local wheel folders
+    that pip's environment variables name are passed on to it."""
+    try:
+        from uv import find_uv_bin
+    except ImportError:
+        return [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
+    command = [find_uv_bin(), "pip", "install", "-q", "--compile-bytecode", "--python", str(python)]
+    for variable, flag in (("PIP_INDEX_URL", "--default-index"), ("PIP_EXTRA_INDEX_URL", "--index"),
+                           ("PIP_FIND_LINKS", "--find-links")):
+        for value in os.environ.get(variable, "").split():
+            command += [flag, value]
+    return command
 
 
 def answered(released: Path, source: Path):
@@ -333,9 +352,22 @@ def test_an_unreachable_index_skips_the_test_and_fails_it_where_required(monkeyp
     assert not list(tmp_path.glob("torch-*")), "nothing built without the index"
 
 
+def test_the_runtime_is_installed_by_uv_with_pips_index_settings_and_by_pip_without_uv(monkeypatch):
+    python = Path("/venv/bin/python")
+    monkeypatch.setenv("PIP_INDEX_URL", "https://mirror.example/simple")
+    monkeypatch.setenv("PIP_EXTRA_INDEX_URL", "https://a.example/simple https://b.example/simple")
+    monkeypatch.setenv("PIP_FIND_LINKS", "/opt/wheels")
+    command = install_command(python)
+    assert Path(command[0]).name == "uv" and Path(command[0]).is_file(), command
+    assert command[1:6] == ["pip", "install", "-q", "--compile-bytecode", "--python"] and command[6] == str(python)
+    pairs = list(zip(command[7::2], command[8::2]))
+    assert pairs == [("--default-index", "https://mirror.example/simple"), ("--index", "https://a.example/simple"),
+                     ("--index", "https://b.example/simple"), ("--find-links", "/opt/wheels")], command
+    monkeypatch.setitem(sys.modules, "uv", None)  # as where the test extra is not installed: import uv fails
+    assert install_command(python) == [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
+
 if __name__ == "__main__":
-    # `make test` runs this in the background, at the lowest CPU priority, while the suite runs: pip unpacks and
-    # compiles the 3.3 GB runtime on one core (about 3 minutes on a fresh clone), and the suite leaves cycles
-    # idle (its workers wait on launches, locks and the cluster). The edition test then finds the runtime built;
+    # `make test` runs this in the background, at the lowest CPU priority, while the suite runs: uv unpacks the
+    # 3.3 GB runtime (install_command), on the cycles the suite leaves. The edition test then finds the runtime built;
     # if this run failed (no index), the test meets the same failure and reports it as a test.
     print(oldest_runtime())
