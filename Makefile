@@ -72,8 +72,10 @@ nbgrader: install
 # Benchmarks are not tests: their code is checked end to end by `make bench` (the tests marked bench).
 # Both tiers run on every core (pytest-xdist), with one worker more than there are cores: a worker waiting on a
 # launch, a lock or the cluster leaves its core to the others (on 2 cores, the suite's CPU idle was 19-23% with
-# 2 workers and 9% with 3, and the suite took 1913 s instead of 2060 s). Tests that share a module's fixture, or
-# one notebook's run, stay on one worker (tests/conftest.py). XDIST= runs them in one process, as when debugging.
+# 2 workers and 9% with 3, and the suite took 1913 s instead of 2060 s; a fourth gained nothing on a faster machine,
+# 1097 s against 1095 s, with the CPU idle under 1% in most minutes: the suite is bound by its CPU-seconds). Tests
+# that share a module's fixture, or one notebook's run, stay on one worker (tests/conftest.py). XDIST= runs them
+# in one process, as when debugging.
 WORKERS ?= $(shell $(PYTHON) -c 'import os; print(len(os.sched_getaffinity(0)) + 1)')
 XDIST ?= -n $(WORKERS) --dist loadgroup
 # The slowest tests are listed at the end of every run (where the time goes, for keeping the tiers in budget).
