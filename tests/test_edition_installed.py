@@ -119,8 +119,8 @@ def install_command(python: Path) -> list[str]:
     installed, else pip. Only the runtime around the edition: the edition itself is installed by pip, as its
     setup cell does on Colab. The runtime is the 3.3 GB CUDA build of torch with its nvidia-* libraries;
     pip unpacks it on one core (on 2 cores: 99 s and 97 CPU-seconds; uv: 37 s and 65 CPU-seconds, both with
-    empty caches, both compiling the bytecode, as pip does by default). uv reads none of pip's settings: the package index, extra indexes and local wheel folders
-    that pip's environment variables name are passed on to it."""
+    empty caches, both compiling the bytecode, as pip does by default). uv reads none of pip's settings: the
+    package index, extra indexes and local wheel folders that pip's environment variables name are passed on."""
     try:
         from uv import find_uv_bin
     except ImportError:
