@@ -83,8 +83,8 @@ DURATIONS ?= --durations=40 --durations-min=5
 # `make test` is the whole gate, what CI runs: the suite (test-suite), then the student edition as a
 # student receives it (test-edition). The second runs even when the first fails; either failing fails
 # the target. To run chosen tests, give PYTEST_ARGS to `make test-suite`. The edition's runtime (the oldest torch,
-# installed once per machine with uv: 37 s and 65 CPU-seconds on a fresh 2-core machine, where pip took 99 s and 97)
-# is built in the background at the lowest priority while the suite runs; the edition test waits for it.
+# installed once per machine, by uv: tests/test_edition_installed.py's install_command) is built in the background
+# at the lowest priority while the suite runs; the edition test waits for it.
 test: install
 	@mkdir -p build; nice -n 19 $(BIN)/python tests/test_edition_installed.py > build/oldest-torch-prepare.log 2>&1 & \
 	$(MAKE) --no-print-directory test-suite; suite=$$?; \

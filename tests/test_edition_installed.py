@@ -6,7 +6,7 @@ oldest ones, from the package index; then every released notebook (course/) runs
 that Python, with the reference answers in its answer cells, at smoke size: not one cell may fail.
 The suite (`make test-suite`) installs the course editable and on the tested torch, so it cannot see a
 package file missing from the wheel or an API that the oldest torch lacks; this test does. It takes
-about 5 minutes on two cores once the runtime is built (4:48 in a fresh-clone CI run), and the time to
+about 3 minutes on two cores once the runtime is built (183 s in a fresh-clone CI run), and the time to
 install the runtime first where it is not built yet (``install_command``; marker ``edition``):
 `make test-edition` runs it alone, and `make test`, which CI runs, runs it after the suite (having built
 the runtime in the background meanwhile: ``python tests/test_edition_installed.py``).
@@ -236,7 +236,7 @@ def built(tmp_path_factory):
     return publish(tmp_path_factory.mktemp("edition") / "student-edition", edition), edition
 
 
-@pytest.mark.edition  # about 5 minutes (a first run installs the 3.3 GB runtime too): `make test-edition`
+@pytest.mark.edition  # about 3 minutes (a first run installs the 3.3 GB runtime too): `make test-edition`
 def test_every_released_notebook_runs_answered_on_the_oldest_torch_from_the_installed_edition(built, tmp_path):
     from packaging.version import Version
 
@@ -365,6 +365,7 @@ def test_the_runtime_is_installed_by_uv_with_pips_index_settings_and_by_pip_with
                      ("--index", "https://b.example/simple"), ("--find-links", "/opt/wheels")], command
     monkeypatch.setitem(sys.modules, "uv", None)  # as where the test extra is not installed: import uv fails
     assert install_command(python) == [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
+
 
 if __name__ == "__main__":
     # `make test` runs this in the background, at the lowest CPU priority, while the suite runs: uv unpacks the

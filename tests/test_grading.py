@@ -63,10 +63,9 @@ def sandboxed_by_default(student: str) -> bool:
     paths, and the costly one is an honest answer losing points there. ``right-1`` and ``right-2`` answer
     every exercise with two different correct answers (each has at least two), beside the reference
     (which carries every honest pattern of ``classroom.with_honest_patterns``); ``wrong-1`` answers
-    every exercise wrongly (each has at least three). The other right students (up to ``right-7``) run
-    the same released cells again for more variants of a few exercises (23 sandboxed runs of the
-    heaviest notebooks' cells), for answers that both tiers judge in-process anyway. ``pytest --every-fixture-sandboxed``
-    grades them all.
+    every exercise wrongly (each has at least three). The other right students (up to ``right-7``) answer
+    only the exercises that have more right fixtures: each is one more sandboxed run for answers that both
+    tiers judge in-process anyway. ``pytest --every-fixture-sandboxed`` grades them all.
     """
     return not student.startswith(("right-", "wrong-")) or student in SANDBOXED
 
