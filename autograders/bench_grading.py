@@ -190,7 +190,7 @@ def main(argv: list[str] | None = None) -> int:
         f"Sandbox start-up and teardown around an empty program: {1000 * results['sandbox_overhead_s']:.0f} ms.",
         "",
         "Where the engine's time went (wall seconds; the sandboxed runs overlap, one per worker, and the",
-        "grades are saved while they run):",
+        "grades are saved and the feedback pages made while they run):",
         "",
         "| phase | seconds |",
         "|---|---|",

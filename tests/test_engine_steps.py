@@ -421,3 +421,37 @@ def test_submissions_that_launch_scripts_are_graded_first(tmp_path):
     order = grade.longest_first(tmp_path, [("unanswered", lesson), ("reference", lesson)],
                                 lambda aid: COURSE / aid / "processes_threads.ipynb")
     assert order == [("reference", lesson), ("unanswered", lesson)]
+
+
+def test_feedback_is_made_as_each_submission_is_saved_and_what_failed_is_made_again_or_reported(tmp_path):
+    """Step 5 runs while the others are graded (``autograde``'s ``then``): one page per saved submission,
+    copied out at once; at the end, what could not be made is tried again, and what still fails is a
+    problem of the batch, with nbgrader's error in the submission's log. A page an earlier run left is
+    never taken for a new one."""
+    calls = []
+
+    class Nbgrader:  # nbgrader's generate_feedback: writes the page, or says it failed (it never raises)
+        def generate_feedback(self, aid, student, force):
+            calls.append(student)
+            if student == "broken" or (student == "flaky" and calls.count(student) == 1):
+                return {"success": False, "error": f"Traceback: no page for {student}"}
+            page = tmp_path / "work" / "feedback" / student / aid / "quiz.html"
+            page.parent.mkdir(parents=True, exist_ok=True)
+            page.write_text(f"{student}'s page")
+            return {"success": True}
+
+    stale = tmp_path / "work" / "feedback" / "broken" / "quiz" / "quiz.html"  # an earlier run's page
+    stale.parent.mkdir(parents=True)
+    stale.write_text("an old score")
+    results, batch = tmp_path / "results", grade.Batch()
+    pages = grade.Feedback(Nbgrader(), tmp_path / "work", results, batch)
+    assert [pages.one(student, "quiz") for student in ("ada", "flaky", "broken")] == [True, False, False]
+    assert (results / "feedback" / "ada" / "quiz" / "quiz.html").read_text() == "ada's page"
+    assert not (results / "feedback" / "broken").exists() and not stale.exists()
+    pages.rest([("ada", "quiz"), ("flaky", "quiz"), ("broken", "quiz")])
+    assert calls == ["ada", "flaky", "broken", "flaky", "broken"]  # ada's page is not made twice
+    assert (results / "feedback" / "flaky" / "quiz" / "quiz.html").read_text() == "flaky's page"
+    assert batch.problems == ["broken/quiz: feedback could not be generated (see its log)"]
+    assert "Traceback: no page for broken" in (results / "logs" / "broken__quiz.log").read_text()
+    assert not (results / "logs" / "flaky__quiz.log").exists()
+    assert batch.seconds["feedback"] > 0
