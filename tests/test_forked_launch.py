@@ -359,3 +359,41 @@ def test_one_fork_loop_names_each_child_then_says_how_it_ended():
     named = {"pid": True, "frozen": True}
     assert replies == [named, {"status": 3}, named, {"status": 9}, named, {"status": 0}], replies
     assert "RuntimeError: the request failed" in done.stderr  # in_child printed the child's traceback
+
+
+COLLECT = """
+import json, os, sys
+from autograders.worker import zygote
+from autograders.worker.forking import Channel
+
+if sys.argv[1] == "poll":  # no pidfd (before Linux 5.3): the poll alone
+    del os.pidfd_open
+opened = []
+if hasattr(os, "pidfd_open"):
+    pidfd_open = os.pidfd_open
+    os.pidfd_open = lambda pid: opened.append(pid) or pidfd_open(pid)
+report = (json.dumps({"report": {"rank": 0}, "tampering": ["wrote to fd 7"]}) + "\\n").encode()
+pipes = [os.pipe() for _ in range(3)]
+pid = os.fork()
+if pid == 0:  # the launcher: rank 0 reports, rank 1 writes something else, rank 2 nothing; then it exits
+    os.write(pipes[0][1], report)
+    os.write(pipes[1][1], b"not a report\\n")
+    os._exit(3)
+for _, write_end in pipes:
+    os.close(write_end)
+status, found, notes = zygote._collect(pid, [Channel(read=r) for r, _ in pipes])
+print(json.dumps({"status": status, "found": found, "notes": notes, "waited_on_the_pidfd": opened == [pid]}))
+"""
+
+
+@pytest.mark.parametrize("how", ["pidfd", "poll"])
+def test_the_copy_collects_every_rank_report_and_the_launchers_status_as_the_launcher_ends(how):
+    """``zygote._collect``: the launcher's exit status, each rank's one report (anything else is unreadable, a
+    rank without one is absent) and what the audit hooks noted; it wakes on the launcher's end through a
+    pidfd, or polls where there is none."""
+    done = subprocess.run([sys.executable, "-c", COLLECT, how], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout.splitlines()[-1])
+    assert result == {"status": 3, "found": {"0": {"rank": 0}, "1": {"unreadable": True}},
+                      "notes": {"0": ["wrote to fd 7"]}, "waited_on_the_pidfd": how == "pidfd"}, result
