@@ -243,7 +243,8 @@ def test_script_source_comes_from_the_notebook_cells_that_define_it():
 
 def test_lesson01_trapdoor_gives_each_square_chain_and_the_judge_wants_the_work_done_elsewhere():
     """The grader's primes multiply to the public modulus; through them it finds the end of any chain (as
-    doing the squarings does); the CPU-time judge fails results that skip fn, and work seen in the caller."""
+    doing the squarings does); the CPU-time judge fails results that skip fn, and work seen in the caller's
+    user time (its system time, forks for the pool, never counts against it)."""
     import random
 
     from gpucourse.processes_threads import MODULUS, square_chain
@@ -258,10 +259,39 @@ def test_lesson01_trapdoor_gives_each_square_chain_and_the_judge_wants_the_work_
     done = checks.values.describe([(x, hidden.reference_square_chain(b, s)) for x, b, s in items])
     skipped = checks.values.describe([(x, b) for x, b, _ in items])
     work = hidden._squaring_seconds(sum(s for _, _, s in items))  # what the judge measures too
-    assert hidden.judge_cpu_time(done, drawn, {"worker_cpu_s": work / 10}) is None
-    assert "fn was not run on every item" in hidden.judge_cpu_time(skipped, drawn, {"worker_cpu_s": 0.0})
-    assert "in the order of items" in hidden.judge_cpu_time(done[::-1], drawn, {"worker_cpu_s": 0.0})
-    assert "ran fn in this process" in hidden.judge_cpu_time(done, drawn, {"worker_cpu_s": work})
+
+    def seen(user, system=0.0):
+        return {"worker_cpu_s": user + system, "worker_user_s": user}
+
+    assert hidden.judge_cpu_time(done, drawn, seen(work / 10)) is None
+    assert hidden.judge_cpu_time(done, drawn, seen(work / 10, system=5 * work)) is None  # forks on a loaded machine
+    assert "fn was not run on every item" in hidden.judge_cpu_time(skipped, drawn, seen(0.0))
+    assert "in the order of items" in hidden.judge_cpu_time(done[::-1], drawn, seen(0.0))
+    assert "ran fn in this process" in hidden.judge_cpu_time(done, drawn, seen(work))
+    assert "did not see the CPU time" in hidden.judge_cpu_time(done, drawn, {"worker_cpu_s": work})  # no user time
+    assert "did not see the CPU time" in hidden.judge_cpu_time(done, drawn, None)
+
+
+def test_lesson01_the_work_is_timed_five_times_once_then_once_more_per_judgement_keeping_the_fastest():
+    """The cost of one squaring is measured when a judge first asks (five timings), then once more each time,
+    and the fastest is kept: the estimate only falls, scales with the count, and is not above the cost of
+    doing those squarings now (what a cheat's process would spend)."""
+    import time
+
+    from gpucourse.processes_threads import MODULUS
+
+    from autograders.checks.lesson01_processes_threads import parallel_map as hidden
+
+    hidden._PER_SQUARING.clear()
+    first = hidden._squaring_seconds(10_000)
+    assert len(hidden._PER_SQUARING) == 1 and first == hidden._PER_SQUARING[0] * 10_000 > 0
+    second = hidden._squaring_seconds(10_000)
+    assert second <= first and hidden._squaring_seconds(0) == 0
+    assert hidden._squaring_seconds(30_000) == pytest.approx(3 * hidden._PER_SQUARING[0] * 10_000)
+    value, start = 3, time.thread_time()
+    for _ in range(20_000):
+        value = value * value % MODULUS
+    assert hidden._squaring_seconds(20_000) <= 1.5 * (time.thread_time() - start)
 
 
 def test_one_declaration_per_exercise_drives_notebooks_hidden_checks_and_readme():

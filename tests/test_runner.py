@@ -74,7 +74,7 @@ def test_runner_runs_cells_restores_modules_and_reports_json():
     observations = {r["case"]: r for r in records if r["type"] == "observation"}
     seen = observations["c1"].pop("seen")  # the supervisor's own measurement (Case.seen)
     assert observations["c1"] == {"type": "observation", "case": "c1", "ok": True, "data": {"pid_is_real": True, "answer": 42}}
-    assert set(seen) == {"worker_cpu_s"} and 0 <= seen["worker_cpu_s"] < 1
+    assert set(seen) == {"worker_cpu_s", "worker_user_s"} and 0 <= seen["worker_user_s"] <= seen["worker_cpu_s"] < 1
     assert observations["c2"]["ok"] is False and "ValueError: no" in observations["c2"]["error"]
     assert records[-1] == {"type": "done"}
 
@@ -237,17 +237,19 @@ def test_quiet_stops_a_timer_before_putting_its_handler_back():
 @pytest.mark.slow  # starts sandbox workers, pools or ranks many times (10-25 s): `make test`, not `make test-fast`
 def test_runner_sees_the_cpu_time_the_worker_spent_on_each_observer_from_outside_it():
     """An observer that spins in the worker, and one whose spinning runs in a child process: the
-    supervisor's /proc reading of the worker counts the first and not the second."""
-    spin = "def observe(ns):\n    import time\n    end = time.thread_time() + 0.4\n    while time.thread_time() < end:\n        pass\n"
+    supervisor's /proc reading of the worker counts the first, in user time too, and not the second."""
+    # spins on arithmetic, reading the clock only now and then: a clock read is a system call (system time)
+    spin = ("def observe(ns):\n    import time\n    end, x = time.thread_time() + 0.4, 0\n    while time.thread_time() < end:\n"
+            "        for i in range(20_000):\n            x = (x * 31 + i) % 1_000_003\n")
     child = ("def observe(ns):\n    import multiprocessing\n    from gpucourse.processes_threads import square_chain\n"
              "    with multiprocessing.get_context('fork').Pool(1) as pool:\n        return pool.map(square_chain, [(1, 3, 30_000)])\n")
     records = _run_runner({"cells": [{"source": "x = 1", "grade_id": None}],
                            "observers": [{"case": "here", "source": spin, "function": "observe"},
                                          {"case": "child", "source": child, "function": "observe"}],
                            "cell_seconds": 30, "observe_seconds": 60})
-    seen = {r["case"]: r["seen"]["worker_cpu_s"] for r in records if r["type"] == "observation"}
-    assert seen["here"] >= 0.35, seen  # 0.4 s, read in clock ticks
-    assert seen["child"] < 0.2, seen
+    seen = {r["case"]: r["seen"] for r in records if r["type"] == "observation"}
+    assert seen["here"]["worker_cpu_s"] >= seen["here"]["worker_user_s"] >= 0.35, seen  # 0.4 s, read in clock ticks
+    assert seen["child"]["worker_cpu_s"] < 0.2 and seen["child"]["worker_user_s"] < 0.1, seen
 
 
 def _observe_with_a_fake_worker(answers):
@@ -264,9 +266,10 @@ def _observe_with_a_fake_worker(answers):
             up, down = Channel(write=up_w), Channel(read=down_r)
             for spin, claim in answers:
                 ask = down.receive()
-                end = time.thread_time() + spin
-                while time.thread_time() < end:
-                    pass
+                end, x = time.thread_time() + spin, 0
+                while time.thread_time() < end:  # arithmetic between clock reads: user time
+                    for i in range(20_000):
+                        x = (x * 31 + i) % 1_000_003
                 forged = {"worker_cpu_s": claim}
                 up.send({"type": "observation", "id": ask["id"], "seen": forged, "problems": [],
                          "record": {"ok": True, "data": claim, "seen": forged}})
@@ -291,8 +294,8 @@ def test_supervisor_sets_seen_itself_and_ignores_a_seen_the_worker_sends():
     """The worker spins 0.4 s claiming none, then idles claiming 99 s: what the grader reads is the
     supervisor's reading of the child's CPU time."""
     spins, idles = _observe_with_a_fake_worker([(0.4, 0.0), (0.0, 99.0)])
-    assert spins["data"] == 0.0 and spins["seen"]["worker_cpu_s"] >= 0.35, spins
-    assert idles["data"] == 99.0 and idles["seen"]["worker_cpu_s"] < 0.2, idles
+    assert spins["data"] == 0.0 and spins["seen"]["worker_cpu_s"] >= spins["seen"]["worker_user_s"] >= 0.35, spins
+    assert idles["data"] == 99.0 and idles["seen"]["worker_cpu_s"] < 0.2 and idles["seen"]["worker_user_s"] < 0.2, idles
     assert set(spins) == set(idles) == {"type", "case", "ok", "data", "seen"}
 
 

@@ -317,7 +317,8 @@ class Supervisor:
                 self._stop()
                 record = {"ok": False, "error": f"ran longer than {self.observe_seconds:.0f} s and did not stop when interrupted"}
             # what was seen from here, never what the worker said: set after its record is cleaned
-            seen = None if before is None or after is None else {"worker_cpu_s": round(after - before, 3)}
+            seen = None if before is None or after is None else {"worker_cpu_s": round(after[1] - before[1], 3),
+                                                                 "worker_user_s": round(after[0] - before[0], 3)}
             if seen is None and "unseen" not in self.flagged:  # a case judged on it cannot pass: say why, once
                 self.flagged.add("unseen")
                 self.flag(f"the worker's CPU time could not be read from /proc/{worker}/stat: cases judged on "
@@ -408,14 +409,19 @@ class Supervisor:
         self._stop()
 
 
-def cpu_seconds(pid: int) -> float | None:
-    """The CPU time ``pid`` has spent, read from outside it: utime + stime of /proc/PID/stat (fields 14
-    and 15, in clock ticks), every thread of the process, none of its child processes; None when
-    unreadable. Around one observer, what the worker itself spent on it (``gpucourse.checks.Case.seen``)."""
+def cpu_seconds(pid: int) -> tuple[float, float] | None:
+    """The CPU time ``pid`` has spent, read from outside it: (user, user + system), from utime and stime of
+    /proc/PID/stat (fields 14 and 15, in clock ticks), every thread of the process, none of its child
+    processes; None when unreadable. Around one observer, what the worker itself spent on it
+    (``gpucourse.checks.Case.seen``). User time is the process's own code running (Python, a C
+    extension); system time is the kernel working for it, forks included (copying a large process's
+    page tables), which a loaded machine makes slower."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as stat:
             fields = stat.read().rpartition(b")")[2].split()  # the name before ")" may hold spaces
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # fields 14 and 15, counted after the name
+        tick = os.sysconf("SC_CLK_TCK")
+        user, system = int(fields[11]) / tick, int(fields[12]) / tick  # fields 14 and 15, counted after the name
+        return user, user + system
     except (OSError, ValueError, IndexError):
         return None
 

@@ -332,10 +332,12 @@ _PRIME_Q = int(
     "b7ee1fa5301150d024975abf31299b155925f2cd39a5b8946867f9d9611892b3da3514cfa0406ca4ca0a8e6fef5d4190"
     "7dcce040a8d0da9e55f16666861d4d327602613ca116867661fc28d2927b8115"
     , 16)
-# Squarings per item: 0.16 to 0.21 s of CPU each at the 76,000 squarings per CPU-second (median of 15
-# timings) this 2048-bit modulus took with CPython 3.11's ints on a 2-core build machine; 8 items, 1.7 s
-# at most. The judge measures the cost on the grading machine itself (``_squaring_seconds``).
-SQUARINGS = (12_000, 16_000)
+# Squarings per item: 0.05 to 0.08 s of CPU each at the 76,000 squarings per CPU-second (median of 15
+# timings) this 2048-bit modulus took with CPython 3.11's ints on a 2-core build machine; 8 items, 0.63 s
+# at most. The judge measures the cost on the grading machine itself (``_squaring_seconds``) and compares
+# it with the caller's user time only: honest pools of every start method cost the caller 0.002-0.008 s of
+# it (measured on 8 items, idle and with both cores busy), where the work run in the caller costs all of it.
+SQUARINGS = (4_000, 6_000)
 
 
 def reference_square_chain(base, squarings):
@@ -347,30 +349,35 @@ def reference_square_chain(base, squarings):
     return high + _PRIME_Q * ((low - high) * pow(_PRIME_Q, -1, _PRIME_P) % _PRIME_P)
 
 
-def _squaring_seconds(count, samples=5, share=50):
-    """This grader's CPU time for ``count`` squarings modulo MODULUS, scaled from the fastest of ``samples``
-    timings of ``count // share`` of them (a tenth of the work in all). This thread's CPU time, so other
-    threads of the grader do not count; the fastest, because a busy machine slows a sample (caches, a
-    shared core) and the work must not be overstated: an answer fails when its process spent three quarters of it."""
+_PER_SQUARING: list[float] = []  # the fastest timing of one squaring (seconds) this grading process has seen
+
+
+def _squaring_seconds(count, samples=5, steps=2_000):
+    """This grader's CPU time for ``count`` squarings modulo MODULUS: ``count`` times the cost of one, the
+    fastest timing of ``steps`` squarings this process has seen: ``samples`` of them the first time a judge
+    asks, one more each time after (one squaring of this fixed modulus costs the same whatever the chain;
+    five timings for every submission cost the judge 0.13 s each, in the pool's time). This thread's CPU
+    time, so other threads of the grader do not count; the fastest, because a busy machine slows a sample
+    (caches, a shared core) and the work must not be overstated: an answer fails when its process spent
+    three quarters of it."""
     import secrets
     import time
 
     from gpucourse.processes_threads import MODULUS
 
-    steps = max(1, count // share)
     value = secrets.randbelow(MODULUS - 3) + 2
-    fastest = float("inf")
-    for _ in range(samples):
+    for _ in range(1 if _PER_SQUARING else samples):
         start = time.thread_time()
         for _ in range(steps):
             value = value * value % MODULUS
-        fastest = min(fastest, time.thread_time() - start)
-    return fastest * count / steps
+        seconds = (time.thread_time() - start) / steps
+        _PER_SQUARING[:] = [min(_PER_SQUARING + [seconds])]
+    return _PER_SQUARING[0] * count
 
 
 def draw_cpu_time(rng):
     """6 to 8 items ``(x, base, squarings)``: x drawn from the whole line, base from 2 .. MODULUS - 2,
-    squarings from ``SQUARINGS`` (about 0.16 to 0.21 s of CPU each); workers 1 or 2."""
+    squarings from ``SQUARINGS`` (about 0.05 to 0.08 s of CPU each); workers 1 or 2."""
     from gpucourse.processes_threads import MODULUS
 
     items = [(_number(rng), rng.randint(2, MODULUS - 2), rng.randint(*SQUARINGS)) for _ in range(rng.randint(6, 8))]
@@ -388,10 +395,10 @@ def observe_cpu_time(ns, drawn):
 def judge_cpu_time(results, drawn, seen):
     """Was fn's work done, and whose CPU did it. Each result of ``square_chain`` is checked through the
     trapdoor: only doing the squarings gives it, so an answer cannot return the items' values without
-    running fn. Then the CPU time of the process that called the answer, measured from outside it
+    running fn. Then the user time of the process that called the answer, measured from outside it
     (``Case.seen``), which no code of the answer can change, unlike a process id it reports: run in that
-    process, fn's work makes it grow by all of it; run in others, by what starting and feeding them costs.
-    The work is what the squarings cost this grader, measured now on this machine."""
+    process (any thread of it), fn's work makes it grow by all of it; run in others, by what feeding them
+    costs. The work is what the squarings cost this grader, measured on this machine."""
     from gpucourse.checks.values import rebuild
 
     items = rebuild(drawn["items"])
@@ -404,16 +411,16 @@ def judge_cpu_time(results, drawn, seen):
             return f"{where}: results are not in the order of items"
         return f"{where}: the results are not fn(x): fn was not run on every item"
     work = _squaring_seconds(sum(squarings for _, _, squarings in items))
-    spent = seen.get("worker_cpu_s") if isinstance(seen, dict) else None
+    spent = seen.get("worker_user_s") if isinstance(seen, dict) else None
     if type(spent) not in (int, float) or not spent >= 0:  # NaN too
         return "the grader did not see the CPU time of the process that ran this check: a person should look"
-    # fn run in this process costs it the whole work (more on a busy machine); processes started for it cost
-    # it their start: a forkserver and a resource tracker are each a fork of this large process, whose page
-    # tables take a loaded machine tenths of a second to copy (an honest forkserver pool, judged at work / 2,
-    # once failed under the suite's load)
+    # fn run in this process costs it the whole work in user time (more on a busy machine). Its system time is
+    # not counted: processes started for the work cost the caller forks of itself (a forkserver, a resource
+    # tracker, the workers), whose page tables a loaded machine takes tenths of a second to copy, and an honest
+    # forkserver pool once passed half the work, counted with them, under the suite's load
     if spent >= 0.75 * work:
         return (f"kind='cpu' ran fn in this process (its CPU time, measured from outside, grew by {spent:.2f} s "
-                f"of {work:.2f} s of work): GIL-bound work needs processes")
+                f"in user mode for {work:.2f} s of work): GIL-bound work needs processes")
     return None
 
 

@@ -110,10 +110,11 @@ class Case:
 
     A case with ``seen=True`` is judged also on what was seen from *outside* the process that ran the
     observer, which no code in that process can write: its judge is called ``judge(data, seen)``, or
-    ``judge(data, inputs, seen)`` with ``draw``. ``seen`` is ``{"worker_cpu_s": s}``, the CPU time (all
-    its threads, user and system, not its child processes) that process spent while the observer ran,
-    or None when nothing was measured. The grader's supervisor reads it from /proc; ``observe_seen``
-    measures the same in this process."""
+    ``judge(data, inputs, seen)`` with ``draw``. ``seen`` is ``{"worker_cpu_s": s, "worker_user_s": u}``,
+    the CPU time (all its threads, not its child processes) that process spent while the observer ran,
+    user and system together, and in user mode alone (its own code running, not the kernel working for
+    it); or None when nothing was measured. The grader's supervisor reads both from /proc;
+    ``observe_seen`` measures the same in this process."""
     name: str
     observe: Callable[..., Any]
     judge: Callable[..., "str | None"]
@@ -129,13 +130,15 @@ class Case:
 
     def observe_seen(self, ns: dict, inputs: Any = None) -> "tuple[Any, dict]":
         """``observe_with``'s data, and what the grader's supervisor would see from outside while it ran
-        (see ``seen``), measured in this process: ``time.process_time`` counts what /proc/PID/stat's
+        (see ``seen``), measured in this process: ``getrusage(RUSAGE_SELF)`` counts what /proc/PID/stat's
         utime and stime do, every thread of this process and none of its children."""
-        import time
+        import resource
 
-        start = time.process_time()
+        start = resource.getrusage(resource.RUSAGE_SELF)
         data = self.observe_with(ns, inputs)
-        return data, {"worker_cpu_s": time.process_time() - start}
+        end = resource.getrusage(resource.RUSAGE_SELF)
+        return data, {"worker_cpu_s": (end.ru_utime + end.ru_stime) - (start.ru_utime + start.ru_stime),
+                      "worker_user_s": end.ru_utime - start.ru_utime}
 
     def judge_with(self, data: Any, inputs: Any = None, seen: "dict | None" = None) -> "str | None":
         args = (data,) + ((inputs,) if self.draw is not None else ()) + ((seen,) if self.seen else ())
