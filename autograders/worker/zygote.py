@@ -170,28 +170,30 @@ def _collect(pid: int, pipes: list[Channel]) -> tuple[int, dict, dict]:
     # cost each launch 0.05 s more.
     try:
         ended = [os.pidfd_open(pid)]
-    except (AttributeError, OSError):  # before Linux 5.3, or Python 3.9: the poll alone
+    except (AttributeError, OSError):  # Linux before 5.3: the poll alone
         ended = []
-    while status is None or open_:
-        if status is None:
-            done, raw = os.waitpid(pid, os.WNOHANG)
-            if done:
-                status = os.waitstatus_to_exitcode(raw)
-                for fd in ended:
-                    os.close(fd)
-                ended = []
-        if not open_:
-            select.select(ended, [], [], 0.05)
-            continue
-        ready = select.select([c.read_fd for c in open_] + ended, [], [], 0.05 if status is None else 0)[0]
-        if status is not None and not ready:
-            break  # the launcher is gone; a process still holding a pipe sends nothing more that counts
-        for channel in [c for c in open_ if c.read_fd in ready]:
-            try:
-                if not channel.fill():
+    try:
+        while status is None or open_:
+            if status is None:
+                done, raw = os.waitpid(pid, os.WNOHANG)
+                if done:
+                    status = os.waitstatus_to_exitcode(raw)
+            if not open_:
+                select.select([] if status is not None else ended, [], [], 0.05)
+                continue
+            waits = [c.read_fd for c in open_] + ([] if status is not None else ended)
+            ready = select.select(waits, [], [], 0.05 if status is None else 0)[0]
+            if status is not None and not ready:
+                break  # the launcher is gone; a process still holding a pipe sends nothing more that counts
+            for channel in [c for c in open_ if c.read_fd in ready]:
+                try:
+                    if not channel.fill():
+                        open_.remove(channel)
+                except ValueError:
                     open_.remove(channel)
-            except ValueError:
-                open_.remove(channel)
+    finally:
+        for fd in ended:
+            os.close(fd)
     found, notes = {}, {}
     for number, channel in enumerate(pipes):
         os.close(channel.read_fd)
