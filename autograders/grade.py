@@ -190,7 +190,7 @@ def autograde(work: Path, batch: Batch, results: Path, submissions: Path, jobs: 
             except Exception as error:  # a grader fault on one submission never stops the batch
                 batch.problem(student, aid, f"could not be graded: {type(error).__name__}: {error}")
                 if array is None or error is not result:  # a Slurm task's fault comes back as a message: no traceback
-                    _log_fault(results / "logs" / f"{student}__{aid}.log", error)
+                    _log_fault(results, student, aid, error)
                 continue
             graded.append((student, aid))
             batch.seconds["sandboxed runs, summed"] = batch.seconds.get("sandboxed runs, summed", 0.0) + sub.seconds
@@ -205,13 +205,17 @@ def autograde(work: Path, batch: Batch, results: Path, submissions: Path, jobs: 
     return graded
 
 
-def _log_fault(log: Path, error: BaseException) -> None:
-    """The grader's traceback, at the end of the submission's log: problems.txt says what failed, this where."""
+def _log_fault(results: Path, student: str, aid: str, error: BaseException | str,
+               heading: str = "the grader failed on this submission") -> None:
+    """What failed, at the end of the submission's log (the grader's traceback, or ``error`` as written):
+    problems.txt says what failed, this where."""
     import traceback
 
+    text = error if isinstance(error, str) else "".join(traceback.format_exception(error))
+    log = results / "logs" / f"{student}__{aid}.log"
     log.parent.mkdir(parents=True, exist_ok=True)
     with log.open("a") as out:
-        out.write("--- the grader failed on this submission ---\n" + "".join(traceback.format_exception(error)))
+        out.write(f"--- {heading} ---\n{text}\n")
 
 
 def engine_only(submissions: Path, jobs: int | None = None, limits: sandbox.Limits | None = None,
@@ -260,18 +264,18 @@ class Feedback:
     def one(self, student: str, aid: str) -> bool:
         """This submission's page, made afresh and copied out; whether it was made. Never raises: a
         page nbgrader could not make is left for ``rest``."""
-        made = self.work / "feedback" / student / aid
+        folder = self.work / "feedback" / student / aid  # where nbgrader writes the page
         with self.batch.timed("feedback"):
             try:
-                shutil.rmtree(made, ignore_errors=True)  # what exists afterwards is new
+                shutil.rmtree(folder, ignore_errors=True)  # what exists afterwards is new
                 result = self.nbgrader.generate_feedback(aid, student, force=True)
-                if not any(made.glob("*.html")):
+                if not any(folder.glob("*.html")):
                     self.errors[(student, aid)] = str(result.get("error") or result.get("log") or "no page was written")
                     return False
                 target = self.results / "feedback" / student / aid
                 if target.exists():
                     shutil.rmtree(target)
-                shutil.copytree(made, target)
+                shutil.copytree(folder, target)
                 self.made.add((student, aid))
                 return True
             except Exception as error:  # rest() tries again, and says why if it fails again
@@ -284,10 +288,8 @@ class Feedback:
             if (student, aid) in self.made or self.one(student, aid):
                 continue
             self.batch.problem(student, aid, "feedback could not be generated (see its log)")
-            log = self.results / "logs" / f"{student}__{aid}.log"
-            log.parent.mkdir(parents=True, exist_ok=True)
-            with log.open("a") as out:
-                out.write(f"--- nbgrader could not make the feedback page ---\n{self.errors.get((student, aid), '')}\n")
+            _log_fault(self.results, student, aid, self.errors.get((student, aid), ""),
+                       heading="nbgrader could not make the feedback page")
 
 
 def export(config, destination: Path) -> None:

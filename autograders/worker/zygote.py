@@ -178,11 +178,12 @@ def _collect(pid: int, pipes: list[Channel]) -> tuple[int, dict, dict]:
                 done, raw = os.waitpid(pid, os.WNOHANG)
                 if done:
                     status = os.waitstatus_to_exitcode(raw)
-            if not open_:
-                select.select([] if status is not None else ended, [], [], 0.05)
+            if not open_:  # the launcher still runs (the loop ended otherwise)
+                select.select(ended, [], [], 0.05)
                 continue
-            waits = [c.read_fd for c in open_] + ([] if status is not None else ended)
-            ready = select.select(waits, [], [], 0.05 if status is None else 0)[0]
+            # once it has been waited for, its pidfd stays readable: no longer waited on
+            ready = select.select([c.read_fd for c in open_] + (ended if status is None else []), [], [],
+                                  0.05 if status is None else 0)[0]
             if status is not None and not ready:
                 break  # the launcher is gone; a process still holding a pipe sends nothing more that counts
             for channel in [c for c in open_ if c.read_fd in ready]:

@@ -356,7 +356,7 @@ def _squaring_seconds(count, samples=5, steps=2_000):
     """This grader's CPU time for ``count`` squarings modulo MODULUS: ``count`` times the cost of one, the
     fastest timing of ``steps`` squarings this process has seen: ``samples`` of them the first time a judge
     asks, one more each time after (one squaring of this fixed modulus costs the same whatever the chain;
-    five timings for every submission cost the judge 0.13 s each, in the pool's time). This thread's CPU
+    five timings for every submission cost the pool's threads time on every judgement). This thread's CPU
     time, so other threads of the grader do not count; the fastest, because a busy machine slows a sample
     (caches, a shared core) and the work must not be overstated: an answer fails when its process spent
     three quarters of it."""
